@@ -1,0 +1,31 @@
+"""Job routes every service serves: read, cancel, and probe a queue end to end."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from cuda_agent.api.deps import IdempotencyKeyDep
+from cuda_agent.contracts.common import JobKind
+from cuda_agent.contracts.jobs import JobView, ProbeRequest
+from cuda_agent.jobs import cancel_job, get_job, submit_job
+
+jobs_router = APIRouter(tags=["jobs"])
+
+
+@jobs_router.get("/jobs/{job_id}")
+def read_job(job_id: str) -> JobView:
+    """Status, progress and result of a job."""
+    return JobView.model_validate(get_job(job_id))
+
+
+@jobs_router.post("/jobs/{job_id}/cancel")
+def cancel(job_id: str) -> JobView:
+    """Ask a job to stop."""
+    return JobView.model_validate(cancel_job(job_id))
+
+
+@jobs_router.post("/probe", status_code=status.HTTP_202_ACCEPTED)
+def probe(body: ProbeRequest, idempotency_key: IdempotencyKeyDep = None) -> JobView:
+    """Send a probe job through a queue; its result proves a worker of that queue runs and stores results."""
+    job = submit_job(JobKind.PROBE, body, idempotency_key=idempotency_key, queue=body.queue)
+    return JobView.model_validate(job)

@@ -1,0 +1,95 @@
+"""Contracts of eval_svc: verdicts, timings and the reward."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from cuda_agent.contracts.common import Device, EvalStatus, TolerancePreset
+from cuda_agent.contracts.compile import CandidateSource
+
+
+class EvalRequest(BaseModel):
+    problem_source: str = Field(description="KernelBench problem file: Model, get_inputs, get_init_inputs.")
+    candidate: CandidateSource
+    artifact_key: str | None = Field(None, description="Compiled artifact of the candidate (compile_svc).")
+    device: Device = Device.CUDA
+    tolerance: TolerancePreset = TolerancePreset.KERNELBENCH
+    correctness_trials: int = Field(5, ge=1)
+    timing_trials: int = Field(100, ge=1)
+    warmup: int = Field(10, ge=0)
+    measure_baselines: bool = Field(True, description="Time eager and torch.compile baselines (cached).")
+    allow_torch_compute: bool = Field(False, description="The problem allows PyTorch compute in forward.")
+
+
+class Finding(BaseModel):
+    code: str = Field(description="Stable name, e.g. torch_compute_in_forward, output_cached.")
+    message: str
+
+
+class TimingStats(BaseModel):
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    trials: int
+    samples_ms: list[float] = Field(default_factory=list)
+
+
+class Fingerprint(BaseModel):
+    device: Device
+    gpu_name: str | None = None
+    sm_clock_start_mhz: int | None = None
+    sm_clock_end_mhz: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str
+    python: str
+    tolerance: TolerancePreset
+    harness_version: str
+    host: str | None = None
+
+
+class EvalResult(BaseModel):
+    status: EvalStatus
+    correct: bool
+    reward: float | None = Field(description="-1 incorrect, 1/2/3 by speed; None on sandbox_error (no verdict).")
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    continuous_speedup: float | None = Field(None, description="Geometric mean of both speedups, for research.")
+    candidate_timing: TimingStats | None = None
+    eager_timing: TimingStats | None = None
+    compile_timing: TimingStats | None = None
+    custom_kernel_time_share: float | None = Field(None, description="Share of GPU time in custom kernels.")
+    findings: list[Finding] = Field(default_factory=list)
+    max_abs_error: float | None = None
+    trials_passed: int = 0
+    trials_run: int = 0
+    message: str = ""
+    fingerprint: Fingerprint | None = None
+    duration_s: float = 0.0
+
+
+class ProfileRequest(BaseModel):
+    problem_source: str
+    candidate: CandidateSource
+    artifact_key: str | None = None
+
+
+class KernelProfile(BaseModel):
+    kernel: str
+    duration_us: float | None = None
+    achieved_occupancy_pct: float | None = None
+    dram_throughput_pct: float | None = None
+    sm_efficiency_pct: float | None = None
+    l2_hit_rate_pct: float | None = None
+    registers_per_thread: int | None = None
+    block_size: int | None = None
+
+
+class ProfileResult(BaseModel):
+    ok: bool
+    kernels: list[KernelProfile] = Field(default_factory=list)
+    checklist: list[str] = Field(default_factory=list, description="Verdicts with fixes, one per line.")
+    report: str = Field("", description="Compact text an agent can read.")
+    message: str = ""

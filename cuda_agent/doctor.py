@@ -1,0 +1,101 @@
+"""`cuda-agent doctor`: one line per dependency of the platform, each ok or with the reason it is not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cuda_agent.settings import ConfigError, get_settings
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    required: bool = True
+
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def check_nvcc() -> Check:
+    from cuda_agent.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return Check("nvcc", False, "not found: install the CUDA toolkit or set CUDA_HOME", required=False)
+    release = [line for line in _run([str(nvcc), "--version"]).splitlines() if "release" in line]
+    return Check("nvcc", True, f"{nvcc}: {release[0].strip() if release else 'version unknown'}", required=False)
+
+
+def check_compiler() -> Check:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        return Check("g++", False, "not found: CPU candidates and torch extensions need a C++ compiler")
+    return Check("g++", True, _run([gxx, "--version"]).splitlines()[0])
+
+
+def check_torch() -> Check:
+    try:
+        import torch
+    except ImportError:
+        return Check("torch", False, "not installed: pip install torch")
+    return Check("torch", True, f"{torch.__version__} (CUDA build {torch.version.cuda or 'none'})")
+
+
+def check_gpu() -> Check:
+    from cuda_agent.gpu import discover_gpus, nvml_unavailable_reason
+
+    gpus = discover_gpus()
+    if not gpus:
+        return Check("gpu", False, f"no GPU: {nvml_unavailable_reason() or 'NVML reports none'}", required=False)
+    return Check("gpu", True, "; ".join(f"[{g.index}] {g.name} {g.memory_total_mib} MiB" for g in gpus), required=False)
+
+
+def check_db() -> Check:
+    from cuda_agent.db import check_database
+
+    try:
+        check_database()
+    except ConfigError as exc:
+        return Check("database", False, str(exc))
+    return Check("database", True, get_settings().sqlalchemy_url.split("@")[-1])
+
+
+def check_redis() -> Check:
+    from cuda_agent.api.readiness import check_broker
+
+    settings = get_settings()
+    if settings.redis_url is None:
+        return Check("broker", True, "embedded mode (no REDIS_URL): tasks run in-process", required=False)
+    try:
+        check_broker()
+    except ConfigError as exc:
+        return Check("broker", False, str(exc))
+    return Check("broker", True, settings.redis_url)
+
+
+def check_bwrap() -> Check:
+    from cuda_agent.sandbox import sandbox_available
+
+    ok, reason = sandbox_available()
+    return Check("sandbox", ok, reason)
+
+
+CHECKS: list[Callable[[], Check]] = [
+    check_torch, check_compiler, check_nvcc, check_gpu, check_db, check_redis, check_bwrap,
+]
+
+
+def run_checks() -> list[Check]:
+    results = []
+    for check in CHECKS:
+        try:
+            results.append(check())
+        except Exception as exc:  # a broken check is reported, never a traceback for the operator
+            results.append(Check(check.__name__.removeprefix("check_"), False, f"{type(exc).__name__}: {exc}"))
+    return results

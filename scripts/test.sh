@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command: lint, types, migrations on a fresh database, then the test suite (gpu tests skip here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+bash scripts/services.sh >/dev/null
+
+ruff check .
+ruff format --check .
+mypy
+
+# Migrations on a fresh database: upgrade, no drift against the models, and a full round trip.
+db=cuda_agent_migcheck
+psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
+export DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:5432/$db"
+alembic upgrade head && alembic check && alembic downgrade base && alembic upgrade head
+unset DATABASE_URL
+
+python3 -m pytest "$@"

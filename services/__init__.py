@@ -1,0 +1,1 @@
+"""The five services: thin FastAPI + Celery adapters over the cuda_agent library."""

@@ -1,0 +1,1 @@
+"""agent_svc: Runs agent rollouts and serves POST /v1/optimize."""

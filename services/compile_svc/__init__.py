@@ -1,0 +1,1 @@
+"""compile_svc: Compiles candidate kernels in the sandbox, cached; serves artifacts to GPU workers."""

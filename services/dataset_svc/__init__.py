@@ -1,0 +1,1 @@
+"""dataset_svc: Synthesizes and filters training problems."""

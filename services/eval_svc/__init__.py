@@ -1,0 +1,1 @@
+"""eval_svc: Verifies, times, profiles candidates and computes the reward."""

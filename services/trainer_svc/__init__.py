@@ -1,0 +1,1 @@
+"""trainer_svc: Trains the policy: RFT, critic pretraining, PPO."""
