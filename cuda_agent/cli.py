@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -114,9 +112,29 @@ def worker(
         concurrency = 1  # one task per GPU at a time; more GPUs means more workers, each pinned
     name = hostname or f"{'-'.join(q.value for q in queues)}@%h"
     celery_app.worker_main(
-        ["worker", "-Q", ",".join(q.value for q in queues), "--concurrency", str(concurrency), "-n", name,
-         "--loglevel", settings.log_level, "--without-gossip", "--without-mingle"]
+        [
+            "worker",
+            "-Q",
+            ",".join(q.value for q in queues),
+            "--concurrency",
+            str(concurrency),
+            "-n",
+            name,
+            "--loglevel",
+            settings.log_level,
+            "--without-gossip",
+            "--without-mingle",
+        ]
     )
+
+
+@app.command("apikey")
+@one_line_errors
+def apikey(tenant: str, name: Annotated[str | None, typer.Option(help="A label for the key.")] = None) -> None:
+    """Create an API key for TENANT and print it (shown once)."""
+    from cuda_agent.api.auth import create_api_key
+
+    print(create_api_key(tenant, name))
 
 
 @app.command()
@@ -146,4 +164,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -48,12 +48,12 @@ def check_torch() -> Check:
 
 
 def check_gpu() -> Check:
-    from cuda_agent.gpu import discover_gpus, nvml_unavailable_reason
+    from cuda_agent.gpu import discover_gpus, discovery_error
 
     gpus = discover_gpus()
     if not gpus:
-        return Check("gpu", False, f"no GPU: {nvml_unavailable_reason() or 'NVML reports none'}", required=False)
-    return Check("gpu", True, "; ".join(f"[{g.index}] {g.name} {g.memory_total_mib} MiB" for g in gpus), required=False)
+        return Check("gpu", False, f"no GPU: {discovery_error() or 'NVML reports none'}", required=False)
+    return Check("gpu", True, "; ".join(f"[{g.index}] {g.name} {g.memory_total_bytes // 2**20} MiB" for g in gpus), required=False)
 
 
 def check_db() -> Check:
@@ -87,7 +87,13 @@ def check_bwrap() -> Check:
 
 
 CHECKS: list[Callable[[], Check]] = [
-    check_torch, check_compiler, check_nvcc, check_gpu, check_db, check_redis, check_bwrap,
+    check_torch,
+    check_compiler,
+    check_nvcc,
+    check_gpu,
+    check_db,
+    check_redis,
+    check_bwrap,
 ]
 
 

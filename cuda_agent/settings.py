@@ -56,7 +56,9 @@ class Settings(BaseSettings):
     compile_memory_bytes: int = Field(8 * 1024**3, description="RLIMIT_AS of one sandboxed build.")
     compile_max_processes: int = Field(256, description="RLIMIT_NPROC of one sandboxed build.")
     compile_max_file_bytes: int = Field(512 * 1024**2, description="RLIMIT_FSIZE of one sandboxed build.")
-    cuda_arch: str | None = Field(None, description="Target arch, e.g. sm_90a. Unset: detected from the GPU, else sm_90.")
+    cuda_arch: str | None = Field(
+        None, description="Target arch, e.g. sm_90a. Unset: detected from the GPU, else sm_90."
+    )
     compile_service_url: str | None = Field(
         None, description="Base URL of compile_svc, used by GPU workers on other hosts to fetch artifacts."
     )
@@ -68,6 +70,16 @@ class Settings(BaseSettings):
     )
     reward_speedup_threshold: float = Field(1.05, description="Speedup over a baseline that counts as faster.")
     gpu_index: int | None = Field(None, description="NVML index this worker is pinned to (GPU workers).")
+
+    # API access.
+    auth_required: bool = Field(
+        True, description="Every route but health needs an API key. Off only for a local single-user setup."
+    )
+    service_api_key: SecretStr | None = Field(
+        None, description="Key that workers send to other services (e.g. to fetch artifacts from compile_svc)."
+    )
+    rate_limit_per_minute: int = Field(120, description="Requests per tenant per minute before 429.")
+    max_concurrent_jobs: int = Field(4, description="Queued or running optimize jobs per tenant before 429.")
 
     # Agent.
     agent_max_turns: int = Field(150, description="Turn limit of one rollout.")

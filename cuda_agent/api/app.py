@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from cuda_agent import __version__
+from cuda_agent.api.auth import require_tenant
 from cuda_agent.api.jobs import jobs_router
 from cuda_agent.api.readiness import check_readiness
 from cuda_agent.jobs import JobNotFound
@@ -59,7 +60,6 @@ def create_app(service: str, routers: list[APIRouter]) -> FastAPI:
         """Prometheus metrics."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(jobs_router, prefix="/v1")
-    for router in routers:
-        app.include_router(router, prefix="/v1")
+    for router in [jobs_router, *routers]:
+        app.include_router(router, prefix="/v1", dependencies=[Depends(require_tenant)])
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
+from cuda_agent.api.auth import TenantDep
 from cuda_agent.api.deps import IdempotencyKeyDep
 from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.jobs import JobView, ProbeRequest
@@ -13,19 +14,19 @@ jobs_router = APIRouter(tags=["jobs"])
 
 
 @jobs_router.get("/jobs/{job_id}")
-def read_job(job_id: str) -> JobView:
+def read_job(job_id: str, tenant: TenantDep) -> JobView:
     """Status, progress and result of a job."""
-    return JobView.model_validate(get_job(job_id))
+    return JobView.model_validate(get_job(job_id, tenant))
 
 
 @jobs_router.post("/jobs/{job_id}/cancel")
-def cancel(job_id: str) -> JobView:
+def cancel(job_id: str, tenant: TenantDep) -> JobView:
     """Ask a job to stop."""
-    return JobView.model_validate(cancel_job(job_id))
+    return JobView.model_validate(cancel_job(job_id, tenant))
 
 
 @jobs_router.post("/probe", status_code=status.HTTP_202_ACCEPTED)
-def probe(body: ProbeRequest, idempotency_key: IdempotencyKeyDep = None) -> JobView:
+def probe(body: ProbeRequest, tenant: TenantDep, idempotency_key: IdempotencyKeyDep = None) -> JobView:
     """Send a probe job through a queue; its result proves a worker of that queue runs and stores results."""
-    job = submit_job(JobKind.PROBE, body, idempotency_key=idempotency_key, queue=body.queue)
+    job = submit_job(JobKind.PROBE, body, idempotency_key=idempotency_key, tenant=tenant, queue=body.queue)
     return JobView.model_validate(job)

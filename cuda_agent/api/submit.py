@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from pydantic import BaseModel
 from starlette.responses import JSONResponse
 
@@ -21,10 +23,8 @@ def submit_and_respond(
     """200 with the finished job when it ends within ``wait_s``; else 202 with the job to poll."""
     job = submit_job(kind, request, idempotency_key=idempotency_key, tenant=tenant)
     if wait_s > 0:
-        try:
+        with contextlib.suppress(TimeoutError):
             job = wait_for_job(job.id, timeout_s=wait_s)
-        except TimeoutError:
-            pass
     view = JobView.model_validate(job)
     finished = view.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
     return JSONResponse(status_code=200 if finished else 202, content=view.model_dump(mode="json"))

@@ -184,3 +184,15 @@ class Checkpoint(TimestampMixin, Base):
     step: Mapped[int] = mapped_column(Integer)
     uri: Mapped[str] = mapped_column(Text)
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class ApiKey(TimestampMixin, Base):
+    """A tenant's API key. Only its SHA-256 is stored: a leaked table does not leak usable keys."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_uuid)
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)

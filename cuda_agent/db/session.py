@@ -71,7 +71,9 @@ def check_database() -> None:
             conn.execute(text("SELECT 1"))
     except OperationalError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise ConfigError(f"database unreachable at {engine.url.render_as_string(hide_password=True)}: {reason}") from None
+        raise ConfigError(
+            f"database unreachable at {engine.url.render_as_string(hide_password=True)}: {reason}"
+        ) from None
 
 
 def upgrade_database(revision: str = "head") -> None:

@@ -52,7 +52,8 @@ def submit_job(
     spec = JOB_SPECS[kind]
     document = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
     job = Job(kind=kind, queue=queue or spec.queue, request=document, tenant=tenant)
-    job.idempotency_key = idempotency_key or f"{kind.value}:{_new_id()}"
+    # Scoped by tenant: another tenant's key must neither collide with nor reveal this one's job.
+    job.idempotency_key = f"{tenant or '-'}:{idempotency_key}" if idempotency_key else f"{kind.value}:{_new_id()}"
     try:
         with session_scope() as session:
             session.add(job)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from cuda_agent.compile.artifacts import ArtifactNotFound, pack_artifact
 from fastapi import APIRouter, HTTPException, Query, Response
 from starlette.responses import JSONResponse
 
 from cuda_agent.api import create_app
+from cuda_agent.api.auth import TenantDep
 from cuda_agent.api.deps import IdempotencyKeyDep
 from cuda_agent.api.submit import submit_and_respond
-from cuda_agent.compile.artifacts import ArtifactNotFound, pack_artifact
 from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.compile import CompileRequest
 
@@ -17,10 +18,13 @@ router = APIRouter(tags=["compile"])
 
 @router.post("/compile")
 def compile_candidate(
-    body: CompileRequest, idempotency_key: IdempotencyKeyDep = None, wait_s: float = Query(30.0, ge=0, le=600)
+    body: CompileRequest,
+    tenant: TenantDep,
+    idempotency_key: IdempotencyKeyDep = None,
+    wait_s: float = Query(30.0, ge=0, le=600),
 ) -> JSONResponse:
     """Build a candidate in the sandbox; waits up to wait_s, else returns the job to poll."""
-    return submit_and_respond(JobKind.COMPILE, body, wait_s=wait_s, idempotency_key=idempotency_key)
+    return submit_and_respond(JobKind.COMPILE, body, wait_s=wait_s, idempotency_key=idempotency_key, tenant=tenant)
 
 
 @router.get("/artifacts/{artifact_key}")

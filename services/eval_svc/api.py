@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query
 from starlette.responses import JSONResponse
 
 from cuda_agent.api import create_app
+from cuda_agent.api.auth import TenantDep
 from cuda_agent.api.deps import IdempotencyKeyDep
 from cuda_agent.api.submit import submit_and_respond
 from cuda_agent.contracts.common import JobKind
@@ -15,15 +16,25 @@ router = APIRouter(tags=["eval"])
 
 
 @router.post("/evaluate")
-def evaluate(body: EvalRequest, idempotency_key: IdempotencyKeyDep = None, wait_s: float = Query(0.0, ge=0, le=600)) -> JSONResponse:
+def evaluate(
+    body: EvalRequest,
+    tenant: TenantDep,
+    idempotency_key: IdempotencyKeyDep = None,
+    wait_s: float = Query(0.0, ge=0, le=600),
+) -> JSONResponse:
     """Verify and time a candidate against the problem's eager and torch.compile baselines."""
-    return submit_and_respond(JobKind.EVALUATE, body, wait_s=wait_s, idempotency_key=idempotency_key)
+    return submit_and_respond(JobKind.EVALUATE, body, wait_s=wait_s, idempotency_key=idempotency_key, tenant=tenant)
 
 
 @router.post("/profile")
-def profile(body: ProfileRequest, idempotency_key: IdempotencyKeyDep = None, wait_s: float = Query(0.0, ge=0, le=600)) -> JSONResponse:
+def profile(
+    body: ProfileRequest,
+    tenant: TenantDep,
+    idempotency_key: IdempotencyKeyDep = None,
+    wait_s: float = Query(0.0, ge=0, le=600),
+) -> JSONResponse:
     """Profile the candidate's kernels with Nsight Compute (one at a time per GPU)."""
-    return submit_and_respond(JobKind.PROFILE, body, wait_s=wait_s, idempotency_key=idempotency_key)
+    return submit_and_respond(JobKind.PROFILE, body, wait_s=wait_s, idempotency_key=idempotency_key, tenant=tenant)
 
 
 app = create_app("eval", [router])

@@ -31,7 +31,11 @@ class Process:
         self._out = log.open("w")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "cuda_agent.cli", *args],
-            env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env,
+            cwd=ROOT,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
@@ -90,10 +94,22 @@ def start_api(spawn: Callable[..., Process], env: dict[str, str], service: str) 
     raise RuntimeError(f"{service} API did not start:\n{proc.output()}")
 
 
-def wait_job(base: str, job_id: str, statuses: set[str], timeout: float = 120) -> dict:
+@pytest.fixture
+def api_key(pg_url: str) -> str:
+    from cuda_agent.api.auth import create_api_key
+
+    return create_api_key("tenant-a")
+
+
+@pytest.fixture
+def auth(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+def wait_job(base: str, job_id: str, statuses: set[str], headers: dict[str, str], timeout: float = 120) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        job = httpx.get(f"{base}/v1/jobs/{job_id}", timeout=5).json()
+        job = httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers, timeout=5).json()
         if job["status"] in statuses:
             return job
         if time.monotonic() > deadline:
