@@ -8,13 +8,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cuda_agent.contracts.common import QueueName
+from cuda_agent.contracts.common import Device, JobKind, QueueName, TolerancePreset
 from cuda_agent.settings import ConfigError, get_settings
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -33,9 +34,11 @@ def one_line_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from cuda_agent.jobs import JobFailed
+
         try:
             return fn(*args, **kwargs)
-        except ConfigError as exc:
+        except (ConfigError, JobFailed) as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             raise typer.Exit(2) from None
 
@@ -126,6 +129,208 @@ def worker(
             "--without-mingle",
         ]
     )
+
+
+def _print_result(document: dict[str, Any], as_json: bool, summary: str) -> None:
+    if as_json:
+        print(json.dumps(document, indent=2))
+    else:
+        Console(soft_wrap=True).print(summary, highlight=False)
+
+
+@app.command("compile")
+@one_line_errors
+def compile_command(
+    candidate: Annotated[Path, typer.Argument(help="model_new.py (KernelBench form) or a folder with kernels/.")],
+    device: Annotated[Device, typer.Option(help="cuda: nvcc; cpu: g++ with OpenMP.")] = Device.CUDA,
+    arch: Annotated[str | None, typer.Option(help="e.g. sm_90a; default: the GPU's, else sm_90.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Build a candidate in the sandbox (cached) and print diagnostics and per-kernel resources."""
+    from cuda_agent.candidates import CandidateFileError, read_candidate
+    from cuda_agent.contracts.common import CompileStatus
+    from cuda_agent.contracts.compile import CompileRequest, CompileResult
+    from cuda_agent.jobs import run_to_result
+
+    try:
+        request = CompileRequest(candidate=read_candidate(candidate), device=device, arch=arch)
+    except CandidateFileError as exc:
+        raise ConfigError(str(exc)) from None
+    _ensure_embedded_db()
+    result = CompileResult.model_validate(run_to_result(JobKind.COMPILE, request))
+    lines = [
+        f"{result.status.value}: {result.message} ({result.duration_s:.2f} s{', cached' if result.cache_hit else ''})"
+    ]
+    lines += [
+        f"  {d.file}:{d.line}: {d.severity}: {d.message}" + (f"\n    hint: {d.hint}" if d.hint else "")
+        for d in result.diagnostics
+    ]
+    lines += [
+        f"  kernel {r.kernel}: {r.registers} regs, {r.shared_bytes} B smem, spills {r.spill_stores_bytes}"
+        for r in result.resources
+    ]
+    _print_result(result.model_dump(mode="json"), as_json, "\n".join(lines))
+    if result.status is not CompileStatus.OK:
+        raise typer.Exit(1)
+
+
+@app.command()
+@one_line_errors
+def verify(
+    problem: Annotated[Path, typer.Option(help="KernelBench problem file (Model, get_inputs, get_init_inputs).")],
+    candidate: Annotated[Path, typer.Option(help="model_new.py (KernelBench form) or a folder with kernels/.")],
+    device: Annotated[Device, typer.Option()] = Device.CUDA,
+    tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
+    trials: Annotated[int, typer.Option(help="Timing trials.")] = 100,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Compile, verify and time a candidate against eager and torch.compile; print the verdict and reward."""
+    from cuda_agent.agent.backend import JobBackend
+    from cuda_agent.candidates import CandidateFileError, read_candidate
+    from cuda_agent.contracts.common import CompileStatus, EvalStatus
+    from cuda_agent.contracts.compile import CompileRequest
+    from cuda_agent.contracts.eval import EvalRequest
+
+    if not problem.is_file():
+        raise ConfigError(f"{problem}: no such problem file")
+    try:
+        source = read_candidate(candidate)
+    except CandidateFileError as exc:
+        raise ConfigError(str(exc)) from None
+    _ensure_embedded_db()
+    backend = JobBackend()
+    built = backend.compile(CompileRequest(candidate=source, device=device))
+    if built.status is not CompileStatus.OK:
+        _print_result(built.model_dump(mode="json"), as_json, f"{built.status.value}: {built.message}")
+        raise typer.Exit(1)
+    request = EvalRequest(
+        problem_source=problem.read_text(),
+        candidate=source,
+        artifact_key=built.artifact_key,
+        device=device,
+        tolerance=tolerance,
+        timing_trials=trials,
+    )
+    result = backend.evaluate(request)
+    summary = (
+        f"{result.status.value}: reward {result.reward}, speedup vs eager {_fmt(result.speedup_vs_eager)}, "
+        f"vs compile {_fmt(result.speedup_vs_compile)} ({result.trials_passed}/{result.trials_run} trials)"
+        + (f"\n  {result.message}" if result.message else "")
+        + "".join(f"\n  finding {f.code}: {f.message}" for f in result.findings)
+    )
+    _print_result(result.model_dump(mode="json"), as_json, summary)
+    if result.status is not EvalStatus.CORRECT:
+        raise typer.Exit(1)
+
+
+def _fmt(speedup: float | None) -> str:
+    return f"{speedup:.2f}x" if speedup is not None else "n/a"
+
+
+def _ensure_embedded_db() -> None:
+    """The embedded SQLite file is created and migrated on first use."""
+    from cuda_agent.db import upgrade_database
+
+    if get_settings().database_url is None:
+        upgrade_database()
+
+
+@app.command()
+@one_line_errors
+def optimize(
+    problem: Annotated[Path, typer.Argument(help="KernelBench problem file.")],
+    policy: Annotated[str, typer.Option(help="openai | replay | heuristic")] = "openai",
+    device: Annotated[Device, typer.Option()] = Device.CUDA,
+    max_turns: Annotated[int | None, typer.Option(help="Turn limit (default from settings, at most 200).")] = None,
+    tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
+    policy_option: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE passed to the policy, e.g. trajectory=path.jsonl")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Where model_new.py, kernels/, report.json, trajectory.jsonl go.")] = Path(
+        "out"
+    ),
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Run an agent rollout on PROBLEM and write the best ModelNew, its verdict and the trajectory to --out."""
+    import threading
+
+    from rich.live import Live
+
+    from cuda_agent.agent.jobs import load_trajectory
+    from cuda_agent.contracts.agent import RolloutConfig, RolloutRequest
+    from cuda_agent.contracts.common import JobStatus
+    from cuda_agent.jobs import create_job, dispatch, get_job
+    from cuda_agent.jobs.runner import FINISHED
+
+    if not problem.is_file():
+        raise ConfigError(f"{problem}: no such problem file")
+    options = dict(item.split("=", 1) for item in policy_option or [] if "=" in item)
+    if policy_option and len(options) != len(policy_option):
+        raise ConfigError("--policy-option takes KEY=VALUE")
+    request = RolloutRequest(
+        problem_source=problem.read_text(),
+        policy=policy,
+        policy_options=options,
+        config=RolloutConfig(max_turns=max_turns, device=device, tolerance=tolerance),
+    )
+    _ensure_embedded_db()
+    job, _ = create_job(JobKind.OPTIMIZE, request)
+    # Embedded mode runs the job in this process: a thread runs it while the main thread shows its progress.
+    runner = threading.Thread(target=dispatch, args=(job,), daemon=True)
+    runner.start()
+    with Live(console=console, transient=True, refresh_per_second=4) as live:
+        while (view := get_job(job.id)).status not in FINISHED:
+            p = view.progress
+            live.update(
+                f"[bold]{policy}[/bold] on {problem.name}: {view.status.value}, turn {p.get('turn', 0)}, "
+                f"best reward {p.get('best_reward')}, best speedup {_fmt(p.get('best_speedup'))}"
+            )
+            runner.join(timeout=0.5)
+    if view.status is not JobStatus.SUCCEEDED or view.result is None:
+        raise ConfigError(f"optimize job {job.id} {view.status.value}: {view.error or 'no result'}")
+    report = _write_optimize_output(out, view.result, load_trajectory(view.result["trajectory_id"]))
+    best = view.result.get("best")
+    verdict = best["result"] if best else None
+    summary = (
+        f"{view.result['termination']} after {view.result['turns']} turns; "
+        + (
+            f"best: {verdict['status']}, reward {verdict['reward']}, speedup vs eager "
+            f"{_fmt(verdict['speedup_vs_eager'])}, vs compile {_fmt(verdict['speedup_vs_compile'])}"
+            if verdict
+            else "no verified candidate"
+        )
+        + f"\nwrote {report}"
+    )
+    _print_result(view.result, as_json, summary)
+    if verdict is None or verdict["status"] != "correct":
+        raise typer.Exit(1)
+
+
+def _write_optimize_output(out: Path, result: dict[str, Any], trajectory: Any) -> Path:
+    """model_new.py (+ kernels/) of the best candidate, report.json and trajectory.jsonl under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    best = result.get("best")
+    if best:
+        for name, text in best["candidate"]["files"].items():
+            target = (out / name).resolve()
+            if out.resolve() not in target.parents:  # file names came from the agent: keep them inside out/
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    (out / "report.json").write_text(json.dumps(result, indent=2))
+    if trajectory is not None:
+        (out / "trajectory.jsonl").write_text(trajectory.model_dump_json() + "\n")
+    return out / "report.json"
+
+
+@bench_app.command("compile")
+def bench_compile(
+    load_inline: Annotated[bool, typer.Option(help="Also time a cold load_inline build (minutes).")] = True,
+) -> None:
+    """Cold fast-path build vs load_inline vs the bare nvcc -cubin floor, and the cache hit."""
+    from cuda_agent.compile.bench import run_compile_benchmark
+
+    print(json.dumps(run_compile_benchmark(include_load_inline=load_inline), indent=2))
 
 
 @app.command("apikey")

@@ -23,13 +23,11 @@ def _run(argv: list[str]) -> str:
 
 
 def check_nvcc() -> Check:
-    from cuda_agent.toolchain import find_nvcc
+    from cuda_agent.compile.toolchain import nvcc_path, nvcc_version
 
-    nvcc = find_nvcc()
-    if nvcc is None:
-        return Check("nvcc", False, "not found: install the CUDA toolkit or set CUDA_HOME", required=False)
-    release = [line for line in _run([str(nvcc), "--version"]).splitlines() if "release" in line]
-    return Check("nvcc", True, f"{nvcc}: {release[0].strip() if release else 'version unknown'}", required=False)
+    if not nvcc_path().exists():
+        return Check("nvcc", False, f"not found at {nvcc_path()}: install the CUDA toolkit or set CUDA_HOME", False)
+    return Check("nvcc", True, f"{nvcc_path()}: {nvcc_version()}", required=False)
 
 
 def check_compiler() -> Check:
@@ -53,7 +51,8 @@ def check_gpu() -> Check:
     gpus = discover_gpus()
     if not gpus:
         return Check("gpu", False, f"no GPU: {discovery_error() or 'NVML reports none'}", required=False)
-    return Check("gpu", True, "; ".join(f"[{g.index}] {g.name} {g.memory_total_bytes // 2**20} MiB" for g in gpus), required=False)
+    listing = "; ".join(f"[{g.index}] {g.name} {g.memory_total_bytes // 2**20} MiB" for g in gpus)
+    return Check("gpu", True, listing, required=False)
 
 
 def check_db() -> Check:

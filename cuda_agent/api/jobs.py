@@ -2,21 +2,46 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 from fastapi import APIRouter, status
+from fastapi.responses import StreamingResponse
 
 from cuda_agent.api.auth import TenantDep
 from cuda_agent.api.deps import IdempotencyKeyDep
-from cuda_agent.contracts.common import JobKind
+from cuda_agent.contracts.common import JobKind, JobStatus
 from cuda_agent.contracts.jobs import JobView, ProbeRequest
 from cuda_agent.jobs import cancel_job, get_job, submit_job
 
 jobs_router = APIRouter(tags=["jobs"])
+EVENT_POLL_S = 0.5  # the database is the source of truth; polling it keeps the stream correct across replicas
 
 
 @jobs_router.get("/jobs/{job_id}")
 def read_job(job_id: str, tenant: TenantDep) -> JobView:
     """Status, progress and result of a job."""
     return JobView.model_validate(get_job(job_id, tenant))
+
+
+@jobs_router.get("/jobs/{job_id}/events")
+def job_events(job_id: str, tenant: TenantDep) -> StreamingResponse:
+    """Server-sent events: the job's view each time its status or progress changes, until it finishes."""
+    get_job(job_id, tenant)  # 404 before the stream starts
+
+    def stream() -> Iterator[str]:
+        last = None
+        while True:
+            view = JobView.model_validate(get_job(job_id, tenant))
+            state = (view.status, view.progress, view.attempts)
+            if state != last:
+                last = state
+                yield f"event: {view.status.value}\ndata: {view.model_dump_json()}\n\n"
+            if view.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED):
+                return
+            time.sleep(EVENT_POLL_S)
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 @jobs_router.post("/jobs/{job_id}/cancel")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from cuda_agent.contracts.common import Device, EvalStatus, TolerancePreset
@@ -19,6 +21,9 @@ class EvalRequest(BaseModel):
     warmup: int = Field(10, ge=0)
     measure_baselines: bool = Field(True, description="Time eager and torch.compile baselines (cached).")
     allow_torch_compute: bool = Field(False, description="The problem allows PyTorch compute in forward.")
+    timeout_s: float | None = Field(
+        None, gt=0, description="Wall-clock limit per child; None: settings.eval_timeout_s."
+    )
 
 
 class Finding(BaseModel):
@@ -68,6 +73,10 @@ class EvalResult(BaseModel):
     message: str = ""
     fingerprint: Fingerprint | None = None
     duration_s: float = 0.0
+    fault: Literal["candidate", "problem", "infrastructure"] | None = Field(
+        None, description="Who is to blame when there is no success: never the candidate when reward is None."
+    )
+    notes: list[str] = Field(default_factory=list, description="Non-verdict remarks: missing baselines, GPU health.")
 
 
 class ProfileRequest(BaseModel):
@@ -85,6 +94,9 @@ class KernelProfile(BaseModel):
     l2_hit_rate_pct: float | None = None
     registers_per_thread: int | None = None
     block_size: int | None = None
+    threads_per_warp_inst: float | None = Field(
+        None, description="Active threads per warp instruction; 32: no divergence."
+    )
 
 
 class ProfileResult(BaseModel):

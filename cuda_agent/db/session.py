@@ -80,6 +80,7 @@ def upgrade_database(revision: str = "head") -> None:
     """Apply Alembic migrations (the only way tables are created)."""
     from alembic import command
 
+    get_engine()  # creates the embedded SQLite file's folder
     command.upgrade(alembic_config(), revision)
 
 

@@ -1,16 +1,33 @@
 """Jobs: the one path by which work is queued, executed (by a Celery worker or in-process) and stored."""
 
 from cuda_agent.jobs.registry import JOB_SPECS, JobSpec, register_handler
-from cuda_agent.jobs.runner import JobNotFound, cancel_job, get_job, run_job, submit_job, wait_for_job
+from cuda_agent.jobs.runner import (
+    JobFailed,
+    JobNotFound,
+    active_jobs,
+    cancel_job,
+    create_job,
+    dispatch,
+    get_job,
+    run_job,
+    run_to_result,
+    submit_job,
+    wait_for_job,
+)
 
 __all__ = [
     "JOB_SPECS",
+    "JobFailed",
     "JobNotFound",
     "JobSpec",
+    "active_jobs",
     "cancel_job",
+    "create_job",
+    "dispatch",
     "get_job",
     "register_handler",
     "run_job",
+    "run_to_result",
     "submit_job",
     "wait_for_job",
 ]

@@ -65,6 +65,7 @@ class JobContext:
 
     job_id: str
     attempt: int
+    tenant: str | None
     report_progress: Callable[[dict[str, Any]], None]
     is_cancelled: Callable[[], bool]
 

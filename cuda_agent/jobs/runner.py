@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from cuda_agent.contracts.common import JobKind, JobStatus, QueueName
@@ -33,8 +33,38 @@ class JobNotFound(LookupError):
     pass
 
 
+class JobFailed(RuntimeError):
+    """A job ended without a result (its handler raised, it was cancelled, its worker kept dying)."""
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def create_job(
+    kind: JobKind,
+    request: BaseModel | dict[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    tenant: str | None = None,
+    queue: QueueName | None = None,
+) -> tuple[Job, bool]:
+    """Store a job without dispatching it: (job, created). With an idempotency key already used by this tenant,
+    the first job is returned and created is False."""
+    spec = JOB_SPECS[kind]
+    document = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+    job = Job(kind=kind, queue=queue or spec.queue, request=document, tenant=tenant)
+    # Scoped by tenant: another tenant's key must neither collide with nor reveal this one's job.
+    job.idempotency_key = f"{tenant or '-'}:{idempotency_key}" if idempotency_key else f"{kind.value}:{_new_id()}"
+    try:
+        with session_scope() as session:
+            session.add(job)
+    except IntegrityError:
+        with session_scope() as session:
+            existing = session.scalars(select(Job).where(Job.idempotency_key == job.idempotency_key)).one()
+        log.info("job already submitted", extra={"job_id": existing.id, "idempotency_key": job.idempotency_key})
+        return existing, False
+    return job, True
 
 
 def submit_job(
@@ -49,20 +79,9 @@ def submit_job(
 
     A second submission with the same idempotency key returns the first job instead of creating another.
     """
-    spec = JOB_SPECS[kind]
-    document = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
-    job = Job(kind=kind, queue=queue or spec.queue, request=document, tenant=tenant)
-    # Scoped by tenant: another tenant's key must neither collide with nor reveal this one's job.
-    job.idempotency_key = f"{tenant or '-'}:{idempotency_key}" if idempotency_key else f"{kind.value}:{_new_id()}"
-    try:
-        with session_scope() as session:
-            session.add(job)
-    except IntegrityError:
-        with session_scope() as session:
-            existing = session.scalars(select(Job).where(Job.idempotency_key == job.idempotency_key)).one()
-        log.info("job already submitted", extra={"job_id": existing.id, "idempotency_key": job.idempotency_key})
-        return existing
-    dispatch(job)
+    job, created = create_job(kind, request, idempotency_key=idempotency_key, tenant=tenant, queue=queue)
+    if created:
+        dispatch(job)
     return get_job(job.id)
 
 
@@ -107,11 +126,12 @@ def run_job(job_id: str) -> None:
         job.status = JobStatus.RUNNING
         job.attempts += 1
         job.started_at = _now()
-        kind, request, attempt = job.kind, dict(job.request), job.attempts
+        kind, request, attempt, tenant = job.kind, dict(job.request), job.attempts, job.tenant
 
     context = JobContext(
         job_id=job_id,
         attempt=attempt,
+        tenant=tenant,
         report_progress=lambda progress: _set_progress(job_id, progress),
         is_cancelled=lambda: _cancel_requested(job_id),
     )
@@ -178,6 +198,14 @@ def cancel_job(job_id: str, tenant: str | None = None) -> Job:
     return get_job(job_id)
 
 
+def run_to_result(kind: JobKind, request: BaseModel, timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Submit a job, wait for it, and return its result document; JobFailed names why there is none."""
+    job = wait_for_job(submit_job(kind, request).id, timeout_s=timeout_s)
+    if job.status is not JobStatus.SUCCEEDED or job.result is None:
+        raise JobFailed(f"{kind.value} job {job.id} {job.status.value}: {job.error or 'no result'}")
+    return job.result
+
+
 def wait_for_job(job_id: str, timeout_s: float = 600.0, poll_s: float = 0.2) -> Job:
     """Poll until the job is finished; TimeoutError names the job and its last status."""
     deadline = time.monotonic() + timeout_s
@@ -201,3 +229,16 @@ def requeue_stale_jobs(older_than_s: float = 300.0) -> int:
     for job in stale:
         dispatch(job)
     return len(stale)
+
+
+def active_jobs(tenant: str, kind: JobKind) -> int:
+    """How many jobs of ``kind`` the tenant has queued or running (the per-tenant concurrency limit)."""
+    with session_scope() as session:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(Job)
+                .where(Job.tenant == tenant, Job.kind == kind, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+            )
+            or 0
+        )

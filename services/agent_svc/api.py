@@ -1,7 +1,54 @@
-"""agent_svc HTTP adapter."""
+"""agent_svc HTTP adapter: the product's front door."""
 
 from __future__ import annotations
 
-from cuda_agent.api import create_app
+from fastapi import APIRouter, HTTPException, status
+from fastapi.responses import PlainTextResponse
+from starlette.responses import JSONResponse
 
-app = create_app("agent", [])
+from cuda_agent.agent.jobs import load_trajectory
+from cuda_agent.api import create_app
+from cuda_agent.api.auth import TenantDep
+from cuda_agent.api.deps import IdempotencyKeyDep, SettingsDep
+from cuda_agent.api.submit import submit_and_respond
+from cuda_agent.contracts.agent import RolloutRequest, Trajectory
+from cuda_agent.contracts.common import JobKind
+from cuda_agent.jobs import active_jobs
+
+router = APIRouter(tags=["agent"])
+
+
+@router.post("/optimize", status_code=status.HTTP_202_ACCEPTED)
+def optimize(
+    body: RolloutRequest, tenant: TenantDep, settings: SettingsDep, idempotency_key: IdempotencyKeyDep = None
+) -> JSONResponse:
+    """Start an agent rollout on a problem; poll GET /v1/jobs/{id} or stream /v1/jobs/{id}/events."""
+    running = active_jobs(tenant, JobKind.OPTIMIZE)
+    if running >= settings.max_concurrent_jobs:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"tenant {tenant} already has {running} optimize jobs queued or running "
+            f"(limit {settings.max_concurrent_jobs}); wait for one to finish or cancel one",
+            headers={"Retry-After": "30"},
+        )
+    return submit_and_respond(JobKind.OPTIMIZE, body, wait_s=0, idempotency_key=idempotency_key, tenant=tenant)
+
+
+@router.get("/trajectories/{trajectory_id}")
+def read_trajectory(trajectory_id: str, tenant: TenantDep) -> Trajectory:
+    """A rollout's trajectory: every turn, tool call, observation, token ids and reward events."""
+    trajectory = load_trajectory(trajectory_id, tenant)
+    if trajectory is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"trajectory {trajectory_id} not found")
+    return trajectory
+
+
+@router.get("/trajectories/{trajectory_id}/export", response_class=PlainTextResponse)
+def export_trajectory(trajectory_id: str, tenant: TenantDep) -> PlainTextResponse:
+    """The trajectory as one JSONL line, the training-data format."""
+    return PlainTextResponse(
+        read_trajectory(trajectory_id, tenant).model_dump_json() + "\n", media_type="application/jsonl"
+    )
+
+
+app = create_app("agent", [router])

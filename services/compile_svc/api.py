@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from cuda_agent.compile.artifacts import ArtifactNotFound, pack_artifact
 from fastapi import APIRouter, HTTPException, Query, Response
 from starlette.responses import JSONResponse
 
@@ -10,6 +9,7 @@ from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
 from cuda_agent.api.deps import IdempotencyKeyDep
 from cuda_agent.api.submit import submit_and_respond
+from cuda_agent.compile import ArtifactError, pack_artifact
 from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.compile import CompileRequest
 
@@ -32,7 +32,7 @@ def download_artifact(artifact_key: str) -> Response:
     """A built artifact as tar.gz, for GPU workers on other hosts."""
     try:
         data = pack_artifact(artifact_key)
-    except ArtifactNotFound:
+    except ArtifactError:
         raise HTTPException(status_code=404, detail=f"artifact {artifact_key} not found") from None
     return Response(content=data, media_type="application/gzip")
 

@@ -1,0 +1,147 @@
+"""The kernel-writing environment: one per rollout, Gym-like ``reset``/``step``/``close``, no service dependencies.
+
+The workspace holds the problem (``model.py``), ``SKILL.md`` and the files the agent writes. The problem the
+candidate is verified against is the string this object holds, never the workspace's ``model.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from cuda_agent.agent.backend import LocalBackend, ToolBackend
+from cuda_agent.agent.tools import ToolRegistry, default_tools, eval_request, reward_event
+from cuda_agent.agent.workspace import KERNELS_DIR, MODEL_FILE, SKILL_FILE, Workspace
+from cuda_agent.contracts.agent import AssistantTurn, BestCandidate, RewardEvent, RolloutConfig, ToolObservation
+from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest, CompileResult
+from cuda_agent.contracts.eval import EvalResult
+from cuda_agent.settings import get_settings
+
+SYSTEM_PROMPT = (
+    "You are an expert CUDA and C++ performance engineer working in a sandboxed workspace through tools. "
+    "Follow SKILL.md. Act only through tool calls; every reply should call at least one tool. "
+    "Call `finish` when you are done."
+)
+NO_TOOL_NUDGE = "No tool was called. Continue with tool calls (compile, verify, ...) or call `finish` when done."
+SKIPPED = "not run: finish was called earlier in this turn"
+# Where the compile helper documents the candidate contract; embedded into SKILL.md when present.
+CANDIDATE_CONTRACT_DOC = Path(__file__).resolve().parents[2] / "docs" / "candidate_contract.md"
+
+
+@dataclass
+class StepResult:
+    observations: list[ToolObservation]
+    messages: list[dict[str, Any]] = field(default_factory=list)  # to append to the conversation
+    reward_events: list[RewardEvent] = field(default_factory=list)
+    done: bool = False
+
+
+def render_skill(config: RolloutConfig) -> str:
+    template = resources.files("cuda_agent.agent").joinpath("skill_template.md").read_text(encoding="utf-8")
+    if CANDIDATE_CONTRACT_DOC.is_file():
+        contract = CANDIDATE_CONTRACT_DOC.read_text(encoding="utf-8")
+    else:  # an installed package has no docs/: a short summary instead of the full contract
+        contract = resources.files("cuda_agent.agent").joinpath("contract_summary.md").read_text(encoding="utf-8")
+    project = config.form is CandidateForm.PROJECT
+    return template.format(
+        device=config.device.value,
+        form=config.form.value,
+        kernel_files="`kernels/*.cu`, `*.cpp`, `*.h`" if project else "inline sources inside `model_new.py`",
+        kernel_note=" and `kernels/*`" if project else "",
+        contract=contract,
+    )
+
+
+class KernelEnv:
+    def __init__(
+        self,
+        problem_source: str,
+        *,
+        config: RolloutConfig | None = None,
+        backend: ToolBackend | None = None,
+        tools: ToolRegistry | None = None,
+        workspace_dir: Path | None = None,
+        env_id: str | None = None,
+        keep_workspace: bool = False,
+    ) -> None:
+        self.id = env_id or uuid.uuid4().hex
+        self.problem_source = problem_source
+        self.config = config or RolloutConfig()
+        self.backend: ToolBackend = backend or LocalBackend()
+        self.tools = tools or default_tools()
+        self.workspace = Workspace(workspace_dir or get_settings().workspaces_dir / self.id)
+        self.keep_workspace = keep_workspace
+        self.turn = 0  # index of the step being run, as in TurnRecord.index
+        self.todos: list[dict[str, str]] = []
+        self.best: BestCandidate | None = None
+        self.finished = False
+        self.finish_summary = ""
+        self._events: list[RewardEvent] = []
+        self._compiled: dict[str, CompileResult] = {}
+
+    # Gym-like interface -------------------------------------------------------------------------------------
+
+    def reset(self) -> list[dict[str, Any]]:
+        """Create the workspace; return the opening conversation (system prompt, then skill and problem)."""
+        self.workspace.create()
+        skill = render_skill(self.config)
+        self.workspace.write_text(MODEL_FILE, self.problem_source)
+        self.workspace.write_text(SKILL_FILE, skill)
+        if self.config.form is CandidateForm.PROJECT:
+            (self.workspace.root / KERNELS_DIR).mkdir()
+        user = f"{skill}\n\n## The problem (`{MODEL_FILE}`)\n```python\n{self.problem_source}\n```"
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    def step(self, action: AssistantTurn) -> StepResult:
+        """Run the action's tool calls in order; a `finish` call ends the episode after the calls before it."""
+        self._events = []
+        observations: list[ToolObservation] = []
+        for call in action.tool_calls:
+            if self.finished:
+                # Calls after `finish` are answered so that the conversation stays well-formed, but not run.
+                observations.append(ToolObservation(tool_call_id=call.id, name=call.name, content=SKIPPED, ok=False))
+                continue
+            observations.append(self.tools.call(self, call))
+        messages: list[dict[str, Any]] = [
+            {"role": "tool", "tool_call_id": o.tool_call_id, "content": o.content} for o in observations
+        ]
+        if not action.tool_calls:
+            messages.append({"role": "user", "content": NO_TOOL_NUDGE})
+        self.turn += 1
+        return StepResult(observations=observations, messages=messages, reward_events=self._events, done=self.finished)
+
+    def close(self) -> None:
+        if not self.keep_workspace:
+            self.workspace.remove()
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return self.tools.schemas()
+
+    # Used by the tools ----------------------------------------------------------------------------------------
+
+    def compile(self, candidate: CandidateSource) -> CompileResult:
+        """Compile, reusing the result for an unchanged candidate so verify after compile costs no second build."""
+        key = hashlib.sha256(json.dumps([candidate.form, candidate.files], sort_keys=True).encode()).hexdigest()
+        if key not in self._compiled:
+            result = self.backend.compile(CompileRequest(candidate=candidate, device=self.config.device))
+            self._events.append(
+                RewardEvent(turn=self.turn, kind="compile", status=result.status.value, message=result.message)
+            )
+            self._compiled = {key: result}  # only the latest: older candidates are not compiled again anyway
+        return self._compiled[key]
+
+    def verify(self, candidate: CandidateSource, compiled: CompileResult) -> EvalResult:
+        result = self.backend.evaluate(eval_request(self, candidate, compiled.artifact_key))
+        self._events.append(reward_event(self.turn, result))
+        if result.reward is not None and (self.best is None or _rank(result) > _rank(self.best.result)):
+            self.best = BestCandidate(turn=self.turn, candidate=candidate, result=result)
+        return result
+
+
+def _rank(result: EvalResult) -> tuple[float, float]:
+    return (result.reward if result.reward is not None else float("-inf"), result.speedup_vs_eager or 0.0)

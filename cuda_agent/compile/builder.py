@@ -1,0 +1,432 @@
+"""``compile_candidate``: sandboxed, cached builds of both candidate forms."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from cuda_agent.compile import store
+from cuda_agent.compile.diagnostics import parse_diagnostics, parse_resources
+from cuda_agent.compile.manifest import build_manifest, check_includes, parse_launchers
+from cuda_agent.compile.toolchain import (
+    FlagError,
+    check_flags,
+    cuda_home,
+    gxx_version,
+    nvcc_path,
+    nvcc_version,
+    resolve_arch,
+    torch_arch_list,
+    torch_version,
+)
+from cuda_agent.contracts.common import CompileStatus, Device
+from cuda_agent.contracts.compile import CandidateForm, CompileRequest, CompileResult, Diagnostic
+from cuda_agent.kernels.types import LIBRARY_NAME, MANIFEST_NAME
+from cuda_agent.sandbox import SandboxLimits, SandboxResult, SandboxSpec, run_sandboxed
+from cuda_agent.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+_UNITS = (".cu", ".cpp")
+_HEADERS = (".h", ".cuh", ".hpp", ".inl")
+_LOG_LIMIT = 64 * 1024
+# nvcc-only flags are dropped for g++ units; g++-only flags reach nvcc's host compiler through -Xcompiler.
+_NVCC_ONLY = re.compile(
+    r"^(-?-use_fast_math|--use-fast-math|-lineinfo|-G|-ftz=|-prec-|-fmad=|--extended-lambda|"
+    r"--expt-|-?-maxrregcount|-Xptxas|--ptxas-options|--restrict)"
+)
+_GXX_ONLY = re.compile(r"^(-ffast-math|-funroll-loops|-march=|-mtune=|-mavx|-mfma|-fopenmp|-fno-strict-aliasing|-fPIC)")
+
+
+class _BuildFailed(Exception):
+    def __init__(self, result: CompileResult) -> None:
+        self.result = result
+
+
+def _normalize(text: str) -> str:
+    """CRLF and trailing whitespace do not change what is built, so they must not change the cache key."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).rstrip("\n") + "\n"
+
+
+def _toolchain(device: Device, form: CandidateForm) -> dict[str, str]:
+    tools = {"gxx": gxx_version(), "torch": torch_version()}
+    if device is Device.CUDA:
+        tools["nvcc"] = nvcc_version()
+    if form is CandidateForm.KERNELBENCH:
+        tools["python"] = sys.version.split()[0]  # the extension is built against this interpreter
+    return tools
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def _error(
+    key: str,
+    message: str,
+    started: float,
+    diagnostics: list[Diagnostic] | None = None,
+    status: CompileStatus = CompileStatus.COMPILE_ERROR,
+    log_text: str = "",
+) -> CompileResult:
+    return CompileResult(
+        status=status,
+        cache_key=key,
+        duration_s=time.monotonic() - started,
+        message=message,
+        diagnostics=diagnostics or [],
+        log=log_text[-_LOG_LIMIT:],
+    )
+
+
+def _summary(diagnostics: list[Diagnostic], fallback: str) -> str:
+    for d in diagnostics:
+        if d.severity == "error":
+            where = f"{d.file}:{d.line}: " if d.file and d.line else ""
+            code = f" [{d.code}]" if d.code else ""
+            return f"{where}{d.message}{code}"
+    return fallback
+
+
+def _check_paths(req: CompileRequest) -> str | None:
+    files = req.candidate.files
+    if "model_new.py" not in files:
+        return "the candidate has no model_new.py"
+    for name in files:
+        p = PurePosixPath(name)
+        if p.is_absolute() or ".." in p.parts or name != str(p) or not name:
+            return f"file path {name!r} must be relative, normalized and without '..'"
+        if req.candidate.form is CandidateForm.KERNELBENCH and name != "model_new.py":
+            return f"a kernelbench candidate is model_new.py alone; remove {name}"
+        if name != "model_new.py" and not (p.parts[0] == "kernels" and p.suffix in _UNITS + _HEADERS):
+            return f"{name}: project files are model_new.py and kernels/*.cu|*.cpp|*.h|*.cuh|*.hpp"
+    return None
+
+
+def compile_candidate(req: CompileRequest) -> CompileResult:
+    """Build a candidate in the sandbox, or return the cached artifact of an identical earlier build."""
+    started = time.monotonic()
+    try:
+        extra, flag_arch = check_flags(req.extra_flags)
+        arch = resolve_arch(flag_arch or req.arch) if req.device is Device.CUDA else None
+    except FlagError as exc:
+        return _error("", str(exc), started, [Diagnostic(message=str(exc), code="bad_flag")])
+    if problem := _check_paths(req):
+        return _error("", problem, started, [Diagnostic(message=problem, code="bad_layout")])
+    files = {name: _normalize(text) for name, text in req.candidate.files.items()}
+    key = _digest(
+        {
+            "form": req.candidate.form,
+            "device": req.device,
+            "arch": arch,
+            "flags": extra,
+            "files": files,
+            "tools": _toolchain(req.device, req.candidate.form),
+        }
+    )
+    if store.has_artifact(key):
+        cached = store.read_record(key).result
+        return cached.model_copy(update={"cache_hit": True, "duration_s": time.monotonic() - started})
+
+    settings = get_settings()
+    deadline = started + (req.timeout_s or settings.compile_timeout_s)
+    scratch = _cache_root() / "tmp" / uuid.uuid4().hex
+    (scratch / "src").mkdir(parents=True)
+    try:
+        for name, text in files.items():
+            (scratch / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+            (scratch / "src" / name).write_text(text)
+        if req.candidate.form is CandidateForm.PROJECT:
+            return _build_project(req, files, key, arch, extra, scratch, deadline, started)
+        return _build_kernelbench(req, key, arch, scratch, deadline, started)
+    except _BuildFailed as failed:
+        return failed.result.model_copy(update={"duration_s": time.monotonic() - started})
+    except OSError as exc:  # disk full, missing toolchain...: the infrastructure, not the candidate
+        log.exception("compile infrastructure failure")
+        return _error(key, f"build infrastructure failed: {exc}", started, status=CompileStatus.SANDBOX_ERROR)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _cache_root() -> Path:
+    return get_settings().data_dir / "compile_cache"
+
+
+def _limits(deadline: float) -> SandboxLimits:
+    s = get_settings()
+    return SandboxLimits(
+        wall_time_s=max(deadline - time.monotonic(), 0.1),
+        cpu_time_s=s.compile_cpu_time_s,
+        address_space_bytes=s.compile_memory_bytes,
+        max_processes=s.compile_max_processes,
+        max_file_bytes=s.compile_max_file_bytes,
+        max_output_bytes=256 * 1024,
+    )
+
+
+def _sandboxed(
+    argv: list[str],
+    cwd: Path,
+    deadline: float,
+    env: dict[str, str] | None = None,
+    extra_binds: list[tuple[Path, Path]] | None = None,
+) -> SandboxResult:
+    spec = SandboxSpec(
+        argv=argv,
+        cwd=cwd,
+        writable_paths=[cwd.parent],
+        env={"CUDA_HOME": str(cuda_home()), **(env or {})},
+        limits=_limits(deadline),
+        extra_binds=extra_binds or [],
+    )
+    return run_sandboxed(spec)
+
+
+def _check_run(result: SandboxResult, key: str, started: float, what: str) -> str:
+    """The run's output; raises _BuildFailed for a timeout, sandbox fault or compiler error."""
+    output = (result.stdout + result.stderr)[-_LOG_LIMIT * 4 :]
+    if result.sandbox_error:
+        raise _BuildFailed(
+            _error(
+                key,
+                f"sandbox failed: {result.sandbox_error}",
+                started,
+                status=CompileStatus.SANDBOX_ERROR,
+                log_text=output,
+            )
+        )
+    if result.timed_out:
+        raise _BuildFailed(
+            _error(
+                key,
+                f"{what} exceeded the time limit and was killed",
+                started,
+                status=CompileStatus.TIMEOUT,
+                log_text=output,
+            )
+        )
+    if result.exit_code != 0:
+        diagnostics = parse_diagnostics(output)
+        cause = f"exit status {result.exit_code}" if result.signal is None else f"killed by signal {result.signal}"
+        if result.signal is not None and not any(d.code == "resource_limit" for d in diagnostics):
+            diagnostics.append(
+                Diagnostic(
+                    message=f"{what} was {cause} (a sandbox limit: CPU time, memory or file size)",
+                    code="resource_limit",
+                )
+            )
+        raise _BuildFailed(
+            _error(key, _summary(diagnostics, f"{what} failed ({cause})"), started, diagnostics, log_text=output)
+        )
+    return output
+
+
+def _split_flags(extra: list[str], for_nvcc: bool) -> list[str]:
+    if for_nvcc:
+        return [f"-Xcompiler={f}" if _GXX_ONLY.match(f) else f for f in extra]
+    return [f for f in extra if not _NVCC_ONLY.match(f)]
+
+
+def _unit_argv(unit: str, obj: str, device: Device, arch: str | None, extra: list[str]) -> list[str]:
+    opt = [] if any(f.startswith("-O") for f in extra) else ["-O3"]
+    std = [] if any("std=" in f for f in extra) else ["-std=c++17"]
+    if unit.endswith(".cu"):
+        num = arch.removeprefix("sm_") if arch else "90"
+        return [
+            str(nvcc_path()),
+            "-c",
+            *opt,
+            *std,
+            f"-gencode=arch=compute_{num},code=sm_{num}",
+            "-Xcompiler=-fPIC",
+            "-Xptxas=-v",
+            *_split_flags(extra, True),
+            "-o",
+            obj,
+            unit,
+        ]
+    host = ["-fopenmp"] if device is Device.CPU else [f"-I{cuda_home() / 'include'}"]
+    return ["g++", "-c", *opt, *std, "-fPIC", *host, *_split_flags(extra, False), "-o", obj, unit]
+
+
+def _build_project(
+    req: CompileRequest,
+    files: dict[str, str],
+    key: str,
+    arch: str | None,
+    extra: list[str],
+    scratch: Path,
+    deadline: float,
+    started: float,
+) -> CompileResult:
+    kernel_files = {n: t for n, t in files.items() if n.startswith("kernels/")}
+    units = sorted(n for n in kernel_files if n.endswith(_UNITS))
+    if req.device is Device.CPU and any(u.endswith(".cu") for u in units):
+        return _error(key, "device cpu builds C++ only: rename kernels/*.cu to .cpp (OpenMP allowed)", started)
+    if not units:
+        return _error(key, "no kernels/*.cu or kernels/*.cpp file to build", started)
+
+    problems: list[Diagnostic] = []
+    functions: list[dict[str, Any]] = []
+    for name, text in kernel_files.items():
+        problems += check_includes(name, text)
+        if name in units:
+            found, bad = parse_launchers(name, text)
+            functions += found
+            problems += bad
+    names = [f["name"] for f in functions]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        problems.append(
+            Diagnostic(message=f"launcher defined more than once: {', '.join(dupes)}", code="bad_prototype")
+        )
+    if not functions and not problems:
+        problems.append(
+            Diagnostic(
+                message='no exported launcher: define at least one extern "C" host function', code="bad_prototype"
+            )
+        )
+    if problems:
+        return _error(key, _summary(problems, "candidate contract violated"), started, problems)
+
+    objects_dir = _cache_root() / "objects"
+    objects_dir.mkdir(parents=True, exist_ok=True)
+    (scratch / "obj").mkdir()
+    tools = _toolchain(req.device, CandidateForm.PROJECT)
+    # An object depends on its unit, every header, and any unit another file #includes.
+    included = set(re.findall(r'#\s*include\s*"([^"]+)"', "".join(kernel_files.values())))
+    deps = {
+        n: t
+        for n, t in kernel_files.items()
+        if n not in units
+        or PurePosixPath(n).name in included
+        or n in included
+        or n.removeprefix("kernels/") in included
+    }
+
+    def build_unit(unit: str) -> str:
+        obj_key = _digest(
+            {
+                "unit": unit,
+                "text": kernel_files[unit],
+                "deps": deps,
+                "device": req.device,
+                "arch": arch,
+                "flags": extra,
+                "tools": tools,
+            }
+        )
+        cached_obj, cached_log = objects_dir / f"{obj_key}.o", objects_dir / f"{obj_key}.log"
+        local = scratch / "obj" / (unit.replace("/", "__") + ".o")
+        if cached_obj.exists() and cached_log.exists():
+            shutil.copyfile(cached_obj, local)
+            return cached_log.read_text()
+        argv = _unit_argv(unit, str(local), req.device, arch, extra)
+        output = _check_run(_sandboxed(argv, scratch / "src", deadline), key, started, f"compiling {unit}")
+        tmp = objects_dir / f".{obj_key}.{uuid.uuid4().hex}"
+        shutil.copyfile(local, tmp)
+        os.replace(tmp, cached_obj)
+        cached_log.write_text(output)
+        return output
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
+        logs = list(pool.map(build_unit, units))
+
+    out = scratch / "out"
+    out.mkdir()
+    objs = [str(scratch / "obj" / (u.replace("/", "__") + ".o")) for u in units]
+    lib = str(out / LIBRARY_NAME)
+    if req.device is Device.CUDA:
+        link = [str(nvcc_path()), "-shared", "-o", lib, *objs, "-Xlinker=--no-undefined"]
+    else:
+        link = ["g++", "-shared", "-fopenmp", "-o", lib, *objs, "-Wl,--no-undefined"]
+    script = f"{' '.join(map(_quote, link))} && nm -D --defined-only {_quote(lib)} > {_quote(str(out / 'symbols'))}"
+    link_log = _check_run(_sandboxed(["bash", "-c", script], scratch / "src", deadline), key, started, "linking")
+    exported = {line.split()[-1] for line in (out / "symbols").read_text().splitlines() if line.strip()}
+    missing = [f for f in functions if f["name"] not in exported]
+    if missing:
+        diags = [
+            Diagnostic(
+                file=f["file"],
+                line=f["line"],
+                message=f"launcher {f['name']} is not exported by the library",
+                code="undefined_symbol",
+            )
+            for f in missing
+        ]
+        return _error(key, _summary(diags, "launcher missing"), started, diags)
+
+    staging = store.new_staging()
+    (staging / "kernels").mkdir()
+    shutil.copyfile(lib, staging / "kernels" / LIBRARY_NAME)
+    manifest = build_manifest(req.device.value, functions)
+    (staging / "kernels" / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1))
+    build_log = "\n".join([*logs, link_log])
+    diagnostics = parse_diagnostics(build_log)
+    result = CompileResult(
+        status=CompileStatus.OK,
+        cache_key=key,
+        artifact_key=key,
+        duration_s=time.monotonic() - started,
+        diagnostics=diagnostics,
+        resources=parse_resources(build_log),
+        log=build_log[-_LOG_LIMIT:],
+        message=f"built {len(units)} unit(s), launchers: {', '.join(names)}",
+    )
+    store.publish(
+        key, staging, store.BuildRecord(form=CandidateForm.PROJECT, device=req.device, arch=arch, result=result)
+    )
+    return result
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def _build_kernelbench(
+    req: CompileRequest, key: str, arch: str | None, scratch: Path, deadline: float, started: float
+) -> CompileResult:
+    """Import model_new.py in the sandbox so its load_inline call builds into the artifact's extension dir."""
+    ext = scratch / "torch_extensions"
+    ext.mkdir()
+    env = {"TORCH_EXTENSIONS_DIR": str(store.TORCH_EXT_SANDBOX_DIR), "MAX_JOBS": "2"}
+    arch_list = torch_arch_list(arch) if arch else None
+    if arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = arch_list
+    result = _sandboxed(
+        [sys.executable, "-c", "import model_new"], scratch / "src", deadline, env, [(ext, store.TORCH_EXT_SANDBOX_DIR)]
+    )
+    output = _check_run(result, key, started, "importing model_new.py")
+    built = sorted(p.parent.name for p in ext.rglob("*.so"))
+    staging = store.new_staging()
+    shutil.copytree(ext, staging / "torch_extensions", symlinks=True)
+    diagnostics = parse_diagnostics(output)
+    compile_result = CompileResult(
+        status=CompileStatus.OK,
+        cache_key=key,
+        artifact_key=key,
+        duration_s=time.monotonic() - started,
+        diagnostics=diagnostics,
+        log=output[-_LOG_LIMIT:],
+        message=f"built extension(s): {', '.join(built)}" if built else "model_new.py imported; it built no extension",
+    )
+    record = store.BuildRecord(
+        form=CandidateForm.KERNELBENCH,
+        device=req.device,
+        arch=arch,
+        torch_cuda_arch_list=arch_list,
+        result=compile_result,
+    )
+    store.publish(key, staging, record)
+    return compile_result

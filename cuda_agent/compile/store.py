@@ -1,0 +1,166 @@
+"""Content-addressed artifact store under ``settings.artifacts_dir/<key>/``.
+
+An artifact directory appears whole or not at all: builds write into a staging directory on the same
+filesystem and rename it into place, so a killed build never leaves half an artifact behind.
+
+Layout of an artifact:
+    build.json             the BuildRecord (form, device, arch, the successful CompileResult)
+    kernels/               PROJECT: libkernels.so + manifest.json (what load_kernels opens)
+    torch_extensions/      KERNELBENCH: TORCH_EXTENSIONS_DIR after the build (ninja finds it up to date)
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import tarfile
+import uuid
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, Field
+
+from cuda_agent.contracts.common import Device
+from cuda_agent.contracts.compile import CandidateForm, CompileResult
+from cuda_agent.settings import get_settings
+
+RECORD_NAME = "build.json"
+# KERNELBENCH builds bake absolute paths into build.ninja; the build and every later load see the extension
+# directory at this one path inside the sandbox, so ninja finds it up to date instead of rebuilding.
+TORCH_EXT_SANDBOX_DIR = Path("/cuda_agent_torch_extensions")
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+class ArtifactError(RuntimeError):
+    """An artifact is missing, malformed or could not be fetched; the message names the key."""
+
+
+class BuildRecord(BaseModel):
+    form: CandidateForm
+    device: Device
+    arch: str | None
+    torch_cuda_arch_list: str | None = None
+    result: CompileResult
+
+
+class CandidateRuntime(BaseModel):
+    """What the eval child needs to run a compiled candidate without rebuilding it."""
+
+    env: dict[str, str] = Field(description="Environment variables to add to the candidate process.")
+    extra_binds: list[tuple[Path, Path]] = Field(
+        default_factory=list, description="(host, sandbox) read-write binds: pass as SandboxSpec.extra_binds."
+    )
+
+
+def artifacts_root() -> Path:
+    return get_settings().artifacts_dir
+
+
+def check_key(key: str) -> str:
+    if not _KEY.fullmatch(key):
+        raise ArtifactError(f"malformed artifact key {key!r}")
+    return key
+
+
+def artifact_dir(key: str) -> Path:
+    return artifacts_root() / check_key(key)
+
+
+def has_artifact(key: str) -> bool:
+    return (artifact_dir(key) / RECORD_NAME).is_file()
+
+
+def read_record(key: str) -> BuildRecord:
+    try:
+        return BuildRecord.model_validate_json((artifact_dir(key) / RECORD_NAME).read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"artifact {key} does not exist here") from None
+
+
+def new_staging() -> Path:
+    path = artifacts_root() / ".staging" / uuid.uuid4().hex
+    path.mkdir(parents=True)
+    return path
+
+
+def publish(key: str, staging: Path, record: BuildRecord) -> Path:
+    """Move a finished staging directory into place; a concurrent identical build may have won, which is fine."""
+    (staging / RECORD_NAME).write_text(record.model_dump_json(indent=1))
+    final = artifact_dir(key)
+    try:
+        os.rename(staging, final)
+    except OSError:
+        if not has_artifact(key):
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def pack_artifact(key: str) -> bytes:
+    """The artifact as tar.gz, for GPU workers on other hosts."""
+    root = artifact_dir(key)
+    if not has_artifact(key):
+        raise ArtifactError(f"artifact {key} does not exist here")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(root, arcname=".")
+    return buf.getvalue()
+
+
+def unpack_artifact(key: str, data: bytes) -> Path:
+    """Install a packed artifact (atomically); untrusted archives cannot escape the directory."""
+    check_key(key)
+    if has_artifact(key):
+        return artifact_dir(key)
+    staging = new_staging()
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(staging, filter="data")
+        record = BuildRecord.model_validate_json((staging / RECORD_NAME).read_text())
+    except (tarfile.TarError, OSError, ValueError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ArtifactError(f"artifact {key}: bad archive: {exc}") from None
+    return publish(key, staging, record)
+
+
+def ensure_artifact(key: str, base_url: str | None = None, timeout_s: float = 120.0) -> Path:
+    """The local artifact directory, fetched from ``GET {base_url}/v1/artifacts/{key}`` when missing."""
+    if has_artifact(key):
+        return artifact_dir(key)
+    base_url = base_url or get_settings().compile_service_url
+    if not base_url:
+        raise ArtifactError(f"artifact {key} is not here and no compile_service_url is configured to fetch it")
+    url = f"{base_url.rstrip('/')}/v1/artifacts/{key}"
+    try:
+        service_key = get_settings().service_api_key
+        headers = {"Authorization": f"Bearer {service_key.get_secret_value()}"} if service_key else {}
+        response = httpx.get(url, headers=headers, timeout=timeout_s, follow_redirects=True)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ArtifactError(f"artifact {key}: fetch from {url} failed: {exc}") from None
+    return unpack_artifact(key, response.content)
+
+
+def materialize_artifact(key: str, dest_dir: Path, base_url: str | None = None) -> CandidateRuntime:
+    """Copy what the candidate process needs into ``dest_dir`` (writable) and say how to expose it.
+
+    PROJECT: ``dest_dir/kernels`` with the library and manifest; env ``CUDA_AGENT_KERNELS_DIR`` points there.
+    KERNELBENCH: ``dest_dir/torch_extensions``, bound at ``TORCH_EXT_SANDBOX_DIR`` (the path it was built at) with
+    env ``TORCH_EXTENSIONS_DIR`` and the same ``TORCH_CUDA_ARCH_LIST``, so ``load_inline`` only loads. The copy is
+    writable because torch takes a lock file in it; copying keeps mtimes, which ninja compares.
+    """
+    root = ensure_artifact(key, base_url)
+    record = read_record(key)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    if record.form is CandidateForm.PROJECT:
+        target = dest_dir / "kernels"
+        shutil.copytree(root / "kernels", target, dirs_exist_ok=True)
+        return CandidateRuntime(env={"CUDA_AGENT_KERNELS_DIR": str(target)})
+    target = dest_dir / "torch_extensions"
+    shutil.copytree(root / "torch_extensions", target, dirs_exist_ok=True)
+    env = {"TORCH_EXTENSIONS_DIR": str(TORCH_EXT_SANDBOX_DIR), "MAX_JOBS": "2"}
+    if record.torch_cuda_arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = record.torch_cuda_arch_list
+    return CandidateRuntime(env=env, extra_binds=[(target, TORCH_EXT_SANDBOX_DIR)])

@@ -1,0 +1,222 @@
+"""Contracts of the agent library: policy actions, tool observations and rollout trajectories.
+
+A trajectory is the unit the job layer persists and the trainer reads: the conversation as the model saw it,
+each turn's timings and tool results, the reward events of every compile/verify, and, where the serving engine
+returned them, token ids and logprobs so RL can score exactly the tokens that were sampled.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from cuda_agent.contracts.common import Device, TolerancePreset
+from cuda_agent.contracts.compile import CandidateForm, CandidateSource
+from cuda_agent.contracts.eval import EvalResult
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class TerminationReason(StrEnum):
+    FINISHED = "finished"  # the agent called `finish`
+    MAX_TURNS = "max_turns"
+    CONTEXT_EXHAUSTED = "context_exhausted"  # even the truncated conversation no longer fits the budget
+    WALL_CLOCK = "wall_clock"
+    CANCELLED = "cancelled"
+    POLICY_ERROR = "policy_error"  # the policy could not produce an action (non-transient endpoint error, ...)
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: str = Field("{}", description="Raw JSON text as the model produced it; may be malformed.")
+
+
+class TokenUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class AssistantTurn(BaseModel):
+    """One action of a policy: optional text plus tool calls, with whatever token data the server returned."""
+
+    content: str | None = None
+    reasoning: str | None = Field(None, description="Reasoning text when the server separates it from content.")
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str | None = None
+    usage: TokenUsage | None = None
+    token_ids: list[int] | None = Field(None, description="Sampled completion token ids (vLLM extra field).")
+    logprobs: list[float] | None = Field(None, description="Logprob of each sampled completion token.")
+    prompt_token_ids: list[int] | None = Field(None, description="Prompt token ids as the server tokenized them.")
+    model: str | None = None
+    agent_role: str | None = Field(None, description="Multi-agent mode: the role that produced this turn.")
+
+    def to_message(self) -> dict[str, Any]:
+        """The OpenAI chat message that puts this turn back into the conversation."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
+
+
+class ToolObservation(BaseModel):
+    tool_call_id: str
+    name: str
+    content: str = Field(description="Text returned to the model.")
+    ok: bool = Field(description="False when the call itself failed (bad arguments, unknown tool, tool error).")
+    duration_s: float = 0.0
+
+
+class RewardEvent(BaseModel):
+    """The outcome of one compile or verify, as the reward signal sees it."""
+
+    turn: int
+    kind: str = Field(description="compile | verify")
+    status: str
+    reward: float | None = Field(None, description="Verify reward; None for compile events and sandbox errors.")
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    message: str = ""
+
+
+class TurnRecord(BaseModel):
+    index: int
+    assistant: AssistantTurn
+    observations: list[ToolObservation] = Field(default_factory=list)
+    reward_events: list[RewardEvent] = Field(default_factory=list)
+    started_at: datetime = Field(default_factory=_now)
+    generation_s: float = 0.0
+    tools_s: float = 0.0
+    context_tokens: int = Field(0, description="Estimated context size when this turn was generated.")
+    truncated_turns: int = Field(0, description="Earlier turns elided from the prompt of this turn.")
+
+
+class BestCandidate(BaseModel):
+    turn: int
+    candidate: CandidateSource
+    result: EvalResult
+
+
+class RolloutConfig(BaseModel):
+    """Limits and evaluation settings of one rollout; None fields fall back to settings."""
+
+    max_turns: int | None = Field(None, ge=1, le=200, description="None: settings.agent_max_turns.")
+    context_tokens: int | None = Field(None, ge=1024, description="None: settings.agent_context_tokens.")
+    response_reserve_tokens: int = Field(4096, ge=0, description="Context kept free for the next response.")
+    wall_clock_s: float | None = Field(None, gt=0, description="None: no wall-clock limit.")
+    form: CandidateForm = CandidateForm.PROJECT
+    device: Device = Device.CUDA
+    tolerance: TolerancePreset = TolerancePreset.KERNELBENCH
+    correctness_trials: int = Field(5, ge=1)
+    timing_trials: int = Field(100, ge=1)
+    warmup: int = Field(10, ge=0)
+    allow_torch_compute: bool = False
+    measure_baselines: bool = Field(True, description="Time eager/torch.compile baselines (speedups, reward 2/3).")
+    bash_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one bash call.")
+    tool_output_chars: int = Field(16_000, ge=1000, description="Tool output beyond this is cut, with a note.")
+
+
+class RolloutRequest(BaseModel):
+    """One optimize job as the job layer submits it."""
+
+    problem_source: str = Field(description="KernelBench problem file: Model, get_inputs, get_init_inputs.")
+    problem_id: str | None = None
+    policy: str = Field("openai", description="Registered policy name.")
+    policy_options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the policy; endpoint secrets come from settings."
+    )
+    config: RolloutConfig = Field(default_factory=RolloutConfig)
+
+
+class Trajectory(BaseModel):
+    id: str
+    problem_id: str | None = None
+    policy: str
+    model: str | None = None
+    config: RolloutConfig
+    prompt: list[dict[str, Any]] = Field(description="System and first user message.")
+    turns: list[TurnRecord] = Field(default_factory=list)
+    termination: TerminationReason | None = None
+    termination_detail: str = ""
+    best: BestCandidate | None = None
+    started_at: datetime = Field(default_factory=_now)
+    finished_at: datetime | None = None
+
+    @property
+    def reward_events(self) -> list[RewardEvent]:
+        return [e for t in self.turns for e in t.reward_events]
+
+    @property
+    def best_reward(self) -> float | None:
+        return self.best.result.reward if self.best else None
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The full, untruncated conversation in OpenAI format."""
+        out = list(self.prompt)
+        for turn in self.turns:
+            out.append(turn.assistant.to_message())
+            out.extend(
+                {"role": "tool", "tool_call_id": o.tool_call_id, "content": o.content} for o in turn.observations
+            )
+        return out
+
+    def token_sequence(self) -> TokenSequence | None:
+        """Prompt ids, then response ids with a mask (1 model token, 0 tool/user token) and logprobs.
+
+        Built from the server's prompt and completion ids of every turn: the tokens a turn's prompt adds after the
+        previous prompt and completion are the observations. None when any turn lacks ids or the prompts are not
+        prefixes of each other (the context was truncated), because then no single sequence was ever scored.
+        """
+        if not self.turns:
+            return None
+        first = self.turns[0].assistant
+        if first.prompt_token_ids is None:
+            return None
+        prompt_ids = list(first.prompt_token_ids)
+        seen = list(prompt_ids)
+        ids: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] = []
+        for turn in self.turns:
+            a = turn.assistant
+            if a.prompt_token_ids is None or a.token_ids is None:
+                return None
+            if a.prompt_token_ids[: len(seen)] != seen:
+                return None
+            added = a.prompt_token_ids[len(seen) :]
+            ids += added
+            mask += [0] * len(added)
+            logprobs += [0.0] * len(added)
+            ids += a.token_ids
+            mask += [1] * len(a.token_ids)
+            logprobs += (
+                a.logprobs
+                if a.logprobs is not None and len(a.logprobs) == len(a.token_ids)
+                else [0.0] * len(a.token_ids)
+            )
+            seen = list(a.prompt_token_ids) + list(a.token_ids)
+        return TokenSequence(prompt_ids=prompt_ids, response_ids=ids, response_mask=mask, response_logprobs=logprobs)
+
+
+class TokenSequence(BaseModel):
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float]
+
+
+class RolloutProgress(BaseModel):
+    """What the progress callback receives after each turn."""
+
+    trajectory_id: str
+    turn: int
+    best_reward: float | None = None
+    best_speedup: float | None = None

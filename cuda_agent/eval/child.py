@@ -1,0 +1,592 @@
+"""Evaluation child: ``python -m cuda_agent.eval.child job.json``, run by the parent inside the sandbox.
+
+Role ``reference`` runs the problem's Model (outputs for the correctness seeds and spot-checked timing calls,
+eager and torch.compile baselines). Role ``candidate`` runs ModelNew under the guards. The two never share a
+process; the parent compares their outputs. Everything the harness calls after the candidate loads was captured
+at import time, before any candidate code existed, and the captures are verified afterwards (guards.Snapshot).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.autograd.profiler
+
+from cuda_agent.eval import guards
+from cuda_agent.eval.protocol import (
+    JOB_FILE,
+    OUTPUTS_FILE,
+    PROBLEM_FILE,
+    RESULT_FILE,
+    STICKY_CUDA_ERRORS,
+    ChildJob,
+    ChildReport,
+    ChildTimings,
+    TimingPlan,
+)
+from cuda_agent.problem import Problem, ProblemError, call_inputs, load_candidate, load_problem
+
+# Captured before any candidate code can run; the harness calls only these.
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_event_record = torch.cuda.Event.record
+_event_elapsed = torch.cuda.Event.elapsed_time
+_cuda_sync = torch.cuda.synchronize
+_manual_seed = torch.manual_seed
+_initial_seed = torch.initial_seed
+_save = torch.save
+_equal = torch.equal
+_clone = torch.Tensor.clone
+_to = torch.Tensor.to
+_storage = torch.Tensor.untyped_storage
+_is_floating = torch.Tensor.is_floating_point
+_no_grad = torch.no_grad
+_open = builtins.open
+_replace = os.replace
+_dumps = json.dumps
+_active_threads = threading.active_count
+_profile = torch.autograd.profiler.profile
+_sleep = time.sleep
+
+INIT_SEED = 42
+_LIBRARY_KERNELS = (
+    "at::native",
+    "at_cuda_detail",
+    "cublas",
+    "cudnn",
+    "nvjet",
+    "xmma",
+    "gemv",
+    "sgemm",
+    "hgemm",
+    "cutlass_80",
+    "cutlass_90",
+    "triton_",
+    "Memcpy",
+    "Memset",
+    "flash_fwd",
+    "fmha",
+)
+# Composite names the profiler shows for allowed operations.
+_PROFILER_ALLOWED = guards.ALLOWED_ATEN_OPS | {
+    "reshape",
+    "to",
+    "flatten",
+    "expand_as",
+    "reshape_as",
+    "item",
+    "is_nonzero",
+    "swapaxes",
+    "lift",
+    "type_as",
+    "empty_strided",
+}
+
+
+class Stop(Exception):
+    """Ends the child's work early; the report already says why."""
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = text.splitlines()[0][:500]
+    lowered = text.lower()
+    if any(s in lowered for s in STICKY_CUDA_ERRORS):
+        return "illegal_access", first
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in lowered or "can't allocate memory" in lowered:
+        return "out_of_memory", first
+    return "runtime_error", first
+
+
+def flatten(output: Any) -> list[Any]:
+    return list(output) if isinstance(output, tuple | list) else [output]
+
+
+def to_cpu(values: list[Any]) -> list[Any]:
+    return [_to(_clone(v).detach(), "cpu") if type(v) is torch.Tensor else None for v in values]
+
+
+def signature(inputs: list[Any]) -> list[str]:
+    return [
+        f"{tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else f"{type(x).__name__} {x!r}"[:80]
+        for x in inputs
+    ]
+
+
+class Child:
+    def __init__(self, job: ChildJob, workdir: str) -> None:
+        self.job = job
+        self.workdir = workdir
+        self.report = ChildReport(
+            role=job.role, status="ok", torch_version=torch.__version__, cuda_version=torch.version.cuda
+        )
+        self.device = "cuda:0" if job.device == "cuda" else "cpu"
+        self.outputs: dict[str, Any] = {"trials": [], "spot": []}
+        self.flush_buffer: torch.Tensor | None = None
+
+    # --- shared -------------------------------------------------------------------------------------------
+    def fail(self, status: str, message: str) -> None:
+        self.report.status = status  # type: ignore[assignment]
+        self.report.message = message[:2000]
+        raise Stop
+
+    def phase_done(self, name: str) -> None:
+        self.report.phases.append(name)
+
+    def setup_device(self) -> None:
+        if self.job.device != "cuda":
+            return
+        if not torch.cuda.is_available():
+            self.fail("runtime_error", "device=cuda but the child sees no CUDA device")
+        torch.cuda.set_per_process_memory_fraction(self.job.memory_fraction, 0)
+        props = torch.cuda.get_device_properties(0)
+        self.report.gpu_name = props.name
+        l2_bytes = int(getattr(props, "L2_cache_size", 0) or 64 * 1024**2)
+        # Writing twice the L2 size evicts everything a previous call left cached.
+        self.flush_buffer = torch.empty(2 * l2_bytes // 4, dtype=torch.float32, device=self.device)
+
+    def load_problem(self) -> tuple[Problem, list[Any]]:
+        with _open(os.path.join(self.workdir, PROBLEM_FILE)) as f:
+            source = f.read()
+        try:
+            problem = load_problem(source, name="kb_problem", filename=PROBLEM_FILE)
+            init_inputs = call_inputs(problem.get_init_inputs, "get_init_inputs")
+        except ProblemError as exc:
+            self.fail("problem_error", str(exc))
+        return problem, init_inputs
+
+    def make_inputs(self, problem: Problem, seed: int) -> list[Any]:
+        _manual_seed(seed)
+        try:
+            values = call_inputs(problem.get_inputs, "get_inputs")
+        except ProblemError as exc:
+            self.fail("problem_error", str(exc))
+        return [_to(v, self.device) if isinstance(v, torch.Tensor) else v for v in values]
+
+    def scales(self, plan: TimingPlan) -> list[float]:
+        rng = random.Random(plan.scale_seed)
+        return [1.0 - 0.01 * rng.random() for _ in range(plan.warmup + plan.trials)]
+
+    @staticmethod
+    def scaled(base: list[Any], scale: float) -> list[Any]:
+        # A fresh buffer with fresh contents per call defeats output caching keyed on pointers or values.
+        return [(x * scale if _is_floating(x) else _clone(x)) if isinstance(x, torch.Tensor) else x for x in base]
+
+    def sync(self) -> None:
+        if self.job.device == "cuda":
+            _cuda_sync()
+
+    def time_calls(
+        self, call: Callable[[list[Any]], Any], base: list[Any], plan: TimingPlan
+    ) -> tuple[ChildTimings, list[list[Any]]]:
+        """Warmups, then trials: fresh inputs, L2 flush, CUDA events (or the host clock on CPU) per call."""
+        scales = self.scales(plan)
+        cuda = self.job.device == "cuda"
+        samples: list[float] = []
+        host: list[float] = []
+        spot: list[list[Any]] = []
+        wanted = set(plan.spot_indices)
+        started = _perf_counter()
+        events = (_Event(enable_timing=True), _Event(enable_timing=True)) if cuda else None  # type: ignore[no-untyped-call]
+        for i in range(plan.warmup + plan.trials):
+            inputs = self.scaled(base, scales[i])
+            if self.flush_buffer is not None:
+                self.flush_buffer.zero_()
+            self.sync()
+            h0 = _perf_counter()
+            if events is not None:
+                _event_record(events[0])
+                out = call(inputs)
+                _event_record(events[1])
+                _cuda_sync()  # device-wide: work on every stream has finished before the end event is read
+                h1 = _perf_counter()
+                ms = _event_elapsed(events[0], events[1])
+            else:
+                out = call(inputs)
+                h1 = _perf_counter()
+                ms = (h1 - h0) * 1e3
+            trial = i - plan.warmup
+            if trial < 0:
+                continue
+            samples.append(ms)
+            host.append((h1 - h0) * 1e3)
+            if trial in wanted:
+                spot.append(to_cpu(flatten(out)))
+            if trial + 1 >= 10 and _perf_counter() - started > plan.budget_s:
+                break
+        method = "cuda_events" if cuda else "perf_counter"
+        return ChildTimings(method=method, samples_ms=samples, host_samples_ms=host), spot
+
+    def write(self) -> None:
+        # Written to a temporary name and renamed, so a crash never leaves a half-written report.
+        if self.outputs["trials"] or self.outputs["spot"]:
+            _save(self.outputs, os.path.join(self.workdir, OUTPUTS_FILE + ".tmp"))
+            _replace(os.path.join(self.workdir, OUTPUTS_FILE + ".tmp"), os.path.join(self.workdir, OUTPUTS_FILE))
+        tmp = os.path.join(self.workdir, RESULT_FILE + ".tmp")
+        with _open(tmp, "w") as f:
+            f.write(self.report.model_dump_json())
+        _replace(tmp, os.path.join(self.workdir, RESULT_FILE))
+
+    # --- reference ----------------------------------------------------------------------------------------
+    def run_reference(self) -> None:
+        self.setup_device()
+        problem, init_inputs = self.load_problem()
+        try:
+            _manual_seed(INIT_SEED)
+            model = problem.model_cls(*init_inputs).to(self.device)
+        except Exception as exc:
+            self.fail("problem_error", f"Model(*get_init_inputs()) raised {classify(exc)[1]}")
+
+        def call(inputs: list[Any]) -> Any:
+            with _no_grad():
+                return model(*inputs)
+
+        try:
+            for seed in self.job.seeds:
+                inputs = self.make_inputs(problem, seed)
+                if not self.report.input_signature:
+                    self.report.input_signature = signature(inputs)
+                out = flatten(call(inputs))
+                self.sync()
+                self.report.output_aliases_input |= aliases(out, inputs)
+                self.outputs["trials"].append(to_cpu(out))
+            self.phase_done("correctness")
+            plan = self.job.timing
+            if plan is not None and plan.spot_indices:
+                base = self.make_inputs(problem, plan.base_seed)
+                scales = self.scales(plan)
+                for idx in plan.spot_indices:
+                    self.outputs["spot"].append(to_cpu(flatten(call(self.scaled(base, scales[plan.warmup + idx])))))
+                self.phase_done("spot")
+        except Stop:
+            raise
+        except Exception as exc:
+            self.fail("problem_error", f"reference Model.forward raised {classify(exc)[1]}")
+        if plan is not None and self.job.baselines:
+            self.time_baselines(model, problem, plan)
+
+    def time_baselines(self, model: Any, problem: Problem, plan: TimingPlan) -> None:
+        base = self.make_inputs(problem, plan.base_seed)
+        timing_plan = plan.model_copy(update={"spot_indices": []})
+        for name in self.job.baselines:
+            try:
+                target = model if name == "eager" else torch.compile(model)
+
+                def call(inputs: list[Any], target: Any = target) -> Any:
+                    with _no_grad():
+                        return target(*inputs)
+
+                # The first compiled call compiles; keep it out of the warmups that are timed-like.
+                call(base)
+                self.report.timings[name], _ = self.time_calls(call, base, timing_plan)
+            except Exception as exc:
+                self.report.baseline_notes[name] = f"{name} baseline unavailable: {classify(exc)[1]}"
+        self.phase_done("baselines")
+
+    # --- candidate ----------------------------------------------------------------------------------------
+    def run_candidate(self) -> None:
+        job = self.job
+        self.setup_device()
+        problem, init_inputs = self.load_problem()
+        # Every input exists before the candidate loads; nothing it does later can change their shapes.
+        trial_inputs = [self.make_inputs(problem, seed) for seed in job.seeds]
+        self.report.input_signature = signature(trial_inputs[0]) if trial_inputs else []
+        base = self.make_inputs(problem, job.timing.base_seed) if job.timing else []
+        problem_state = _simple_globals(problem.module)
+        launch_count = _launch_counter() if job.project_form else None
+        guard = guards.ComputeGuard(enabled=not job.allow_torch_compute)
+        with guard.active():  # entering the modes the first time imports torch._dynamo, which re-wraps torch functions
+            torch.empty(0)
+        watched = {"harness": sys.modules[__name__], "guards": guards, "problem": problem.module}
+        if launch_count is not None:
+            watched["cuda_agent.kernels"] = sys.modules["cuda_agent.kernels"]
+        snapshot = guards.Snapshot(extra=watched)
+        audit = guards.AuditLog(
+            protected_files=[os.path.join(self.workdir, n) for n in (JOB_FILE, RESULT_FILE, OUTPUTS_FILE)]
+            + job.protected_files,
+            allowed_read_roots=_python_roots(),
+            library_roots=[
+                os.environ[v] for v in ("CUDA_AGENT_KERNELS_DIR", "TORCH_EXTENSIONS_DIR") if v in os.environ
+            ],
+        )
+        audit.install()
+        self.phase_done("setup")
+
+        def collect(expected_seed: int | None) -> None:
+            for finding in snapshot.check(expected_seed) + audit.findings + guard.findings:
+                if finding not in self.report.findings:
+                    self.report.findings.append(finding)
+            if _simple_globals(problem.module) != problem_state:
+                self.add("problem_tampered", "candidate changed the problem module's constants")
+
+        try:
+            with _open(os.path.join(self.workdir, job.candidate_file)) as f:
+                source = f.read()
+            with audit.running("load"):
+                try:
+                    model_new = load_candidate(source, name="kb_candidate", filename=job.candidate_file)
+                except ProblemError as exc:
+                    self.fail("candidate_error", str(exc))
+            with audit.running("init"):
+                _manual_seed(INIT_SEED)
+                model = model_new(*init_inputs)
+                if isinstance(model, torch.nn.Module):
+                    model = model.to(self.device)
+            collect(INIT_SEED)
+            self.phase_done("init")
+            per_call = self.correctness(model, trial_inputs, audit, guard, launch_count)
+            collect(INIT_SEED)
+            if job.timing is not None and not self.report.findings:
+                self.timing(model, base, job.timing, audit, launch_count, per_call)
+                collect(INIT_SEED)
+        except Stop:
+            raise
+        except SystemExit as exc:
+            self.add("early_exit", f"candidate called exit({exc.code}) inside the harness")
+            self.fail("runtime_error", "candidate tried to exit the evaluation process")
+        except guards.GuardViolation:
+            collect(None)
+            self.fail("ok", "stopped at the first forbidden PyTorch operation")
+        except Exception as exc:
+            collect(None)
+            status, message = classify(exc)
+            where = _candidate_frame(exc, job.candidate_file)
+            self.fail(status, f"{message}{where}")
+
+    def wait_for_reference(self) -> None:
+        """When the reference child runs concurrently, time only once it is done: the GPU must be ours alone."""
+        if self.job.start_timing_after is None:
+            return
+        marker = os.path.join(self.workdir, self.job.start_timing_after)
+        deadline = _perf_counter() + 300
+        while not os.path.exists(marker) and _perf_counter() < deadline:
+            _sleep(0.005)
+
+    def run_profile(self) -> None:
+        """Under ncu: one warm-up call, then one call between cudaProfilerStart/Stop."""
+        self.setup_device()
+        problem, init_inputs = self.load_problem()
+        inputs = self.make_inputs(problem, self.job.seeds[0])
+        with _open(os.path.join(self.workdir, self.job.candidate_file)) as f:
+            source = f.read()
+        try:
+            model_new = load_candidate(source, name="kb_candidate", filename=self.job.candidate_file)
+            _manual_seed(INIT_SEED)
+            model = model_new(*init_inputs).to(self.device)
+            with _no_grad():
+                model(*inputs)
+                self.sync()
+                torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+                model(*inputs)
+                self.sync()
+                torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+        except ProblemError as exc:
+            self.fail("candidate_error", str(exc))
+        except Exception as exc:
+            self.fail(*classify(exc))
+        self.phase_done("profile")
+
+    def add(self, code: str, message: str) -> None:
+        if (code, message) not in self.report.findings:
+            self.report.findings.append((code, message))
+
+    def correctness(
+        self,
+        model: Any,
+        trial_inputs: list[list[Any]],
+        audit: guards.AuditLog,
+        guard: guards.ComputeGuard,
+        launch_count: Callable[[], int] | None,
+    ) -> float | None:
+        """Guarded trials; returns custom launches per call (project form) for the unguarded comparison."""
+        previous: list[Any] = []
+        launches_before = launch_count() if launch_count else 0
+        for inputs in trial_inputs:
+            given = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+            threads = _active_threads()
+            with _no_grad(), audit.running("forward"), guard.active():
+                out = model(*given)
+            values = flatten(out)
+            # Copies ordered on the current stream see only work ordered before them: if they differ from the
+            # output after a device-wide sync, the output was still being written when forward returned.
+            early = [_clone(v) if type(v) is torch.Tensor else None for v in values]
+            self.sync()
+            if self.job.device == "cpu":
+                _sleep(0.002)  # a background thread writing the output gets caught in the act
+            self.check_output(values, early, given, inputs, previous, threads)
+            self.outputs["trials"].append(to_cpu(values))
+            self.report.trials_run += 1
+            previous = values
+        self.phase_done("correctness")
+        if launch_count is None:
+            return None
+        per_call = (launch_count() - launches_before) / max(len(trial_inputs), 1)
+        self.report.launch_count = launch_count()
+        if per_call == 0 and not self.job.allow_torch_compute:
+            self.add("no_custom_kernel", "ModelNew.forward launched no custom kernel")
+        return per_call
+
+    def check_output(
+        self,
+        values: list[Any],
+        early: list[Any],
+        given: list[Any],
+        pristine: list[Any],
+        previous: list[Any],
+        threads: int,
+    ) -> None:
+        for v in values:
+            if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor:
+                self.add("output_not_plain_tensor", f"forward returned a {type(v).__name__}, not a plain Tensor")
+            elif not isinstance(v, torch.Tensor) and hasattr(v, "__torch_function__"):
+                self.add("output_not_plain_tensor", f"forward returned a tensor-like {type(v).__name__}")
+        if any(f[0] == "output_not_plain_tensor" for f in self.report.findings):
+            raise Stop
+        tensors = [v for v in values if type(v) is torch.Tensor]
+        for t in tensors:
+            if t.device.type != self.job.device:
+                self.fail("runtime_error", f"forward returned a tensor on {t.device}, expected {self.job.device}")
+        for v, e in zip(values, early, strict=True):
+            if e is not None and not _equal(v, e) and not (v.isnan().any() and e.isnan().any()):
+                self.add(
+                    "output_written_after_return",
+                    "the output changed after forward returned (unsynced stream or thread)",
+                )
+        for x, y in zip(given, pristine, strict=True):
+            if isinstance(x, torch.Tensor) and not _equal(x, y):
+                self.add("input_mutated", "forward modified its input tensors")
+        input_storages = {_storage(x).data_ptr() for x in given if isinstance(x, torch.Tensor) and x.numel()}
+        if any(_storage(t).data_ptr() in input_storages for t in tensors if t.numel()):
+            self.add("output_aliases_input", "forward returned a view or alias of an input")
+        previous_storages = {_storage(t).data_ptr() for t in previous if type(t) is torch.Tensor and t.numel()}
+        if any(_storage(t).data_ptr() in previous_storages for t in tensors if t.numel()):
+            self.add("output_buffer_reused", "forward returned the same output buffer on two calls")
+        if _active_threads() > threads:
+            self.add("background_thread", "forward left a Python thread running")
+
+    def timing(
+        self,
+        model: Any,
+        base: list[Any],
+        plan: TimingPlan,
+        audit: guards.AuditLog,
+        launch_count: Callable[[], int] | None,
+        per_call_guarded: float | None,
+    ) -> None:
+        def call(inputs: list[Any]) -> Any:
+            with _no_grad(), audit.running("forward"):
+                return model(*inputs)
+
+        launches_before = launch_count() if launch_count else 0
+        self.wait_for_reference()
+        timings, spot = self.time_calls(call, base, plan)
+        self.report.timings["candidate"] = timings
+        self.outputs["spot"] = spot
+        calls = plan.warmup + len(timings.samples_ms)
+        if launch_count is not None and per_call_guarded is not None:
+            per_call = (launch_count() - launches_before) / max(calls, 1)
+            self.report.launch_count = launch_count()
+            if per_call < per_call_guarded:
+                self.add("unguarded_behaviour_differs", "fewer custom launches per call when unguarded than guarded")
+        if timings.method == "cuda_events":
+            event, host = statistics.median(timings.samples_ms), statistics.median(timings.host_samples_ms)
+            if host - event > max(0.2, event):
+                self.add("work_escapes_timer", f"host time {host:.3f} ms vs event time {event:.3f} ms per call")
+        self.phase_done("timing")
+        self.profile_call(call, self.scaled(base, 0.995))
+
+    def profile_call(self, call: Callable[[list[Any]], Any], inputs: list[Any]) -> None:
+        """One unguarded call under the autograd profiler (it does not import dynamo, which would re-wrap torch
+        functions): no PyTorch compute may appear, and on GPU the share of kernel time spent in non-library
+        (custom) kernels is measured."""
+        cuda = self.job.device == "cuda"
+        with _profile(use_device="cuda" if cuda else None) as prof:
+            call(inputs)
+            self.sync()
+        events = list(prof.function_events)
+        if not self.job.allow_torch_compute:
+            ops = {e.name for e in events if e.name.startswith("aten::")} - {f"aten::{n}" for n in _PROFILER_ALLOWED}
+            if ops:
+                self.add("torch_compute_unguarded", f"PyTorch ops ran while unguarded: {', '.join(sorted(ops)[:8])}")
+        if not cuda:
+            return
+        kernels: dict[str, float] = {}
+        for e in events:
+            if e.device_type == torch.autograd.DeviceType.CUDA:  # type: ignore[attr-defined]
+                kernels[e.name] = kernels.get(e.name, 0.0) + float(e.time_range.elapsed_us())
+        self.report.kernels = {k[:200]: round(v, 3) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])[:20]}
+        total = sum(kernels.values())
+        if total <= 0:
+            return  # the profiler recorded no GPU activity at all: no evidence either way
+        custom = sum(t for k, t in kernels.items() if not any(p in k for p in _LIBRARY_KERNELS))
+        self.report.custom_kernel_time_share = custom / total
+        if custom == 0 and not self.job.allow_torch_compute:
+            self.add("no_custom_kernel", "the profiler saw no custom GPU kernel in ModelNew.forward")
+
+
+def aliases(outputs: list[Any], inputs: list[Any]) -> bool:
+    storages = {_storage(x).data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.numel()}
+    return any(_storage(t).data_ptr() in storages for t in outputs if isinstance(t, torch.Tensor) and t.numel())
+
+
+def _simple_globals(module: Any) -> dict[str, str]:
+    return {
+        k: repr(v)
+        for k, v in vars(module).items()
+        if not k.startswith("__") and isinstance(v, int | float | str | tuple | list | bool)
+    }
+
+
+def _launch_counter() -> Callable[[], int]:
+    """``cuda_agent.kernels.launch_count``, captured before the candidate loads."""
+    from cuda_agent.kernels import launch_count
+
+    return launch_count
+
+
+def _python_roots() -> list[str]:
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    roots |= {os.path.dirname(os.path.dirname(os.path.abspath(guards.__file__)))}
+    roots |= {"/dev/nvidia", "/dev/null", "/dev/urandom", "/proc/self", "/sys", "/usr/lib", "/usr/local/cuda"}
+    return sorted(roots)
+
+
+def _candidate_frame(exc: BaseException, filename: str) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    return f" ({filename} line {frames[-1].lineno})" if frames else ""
+
+
+def main(argv: list[str]) -> int:
+    job_path = argv[1]
+    workdir = os.path.dirname(os.path.abspath(job_path))
+    with _open(job_path) as f:
+        job = ChildJob.model_validate_json(f.read())
+    child = Child(job, workdir)
+    try:
+        if job.role == "reference":
+            child.run_reference()
+        elif job.role == "profile":
+            child.run_profile()
+        else:
+            child.run_candidate()
+    except Stop:
+        pass
+    child.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,99 @@
+"""Load KernelBench problem files and candidate files into fresh module namespaces.
+
+A problem defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()``; a candidate defines
+``class ModelNew``. Each file is executed in its own new module, so a candidate never shares globals with the
+problem it is judged against. Errors are ``ProblemError`` with one line naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class ProblemError(ValueError):
+    """A problem or candidate file that cannot be used; the message is one line naming what is wrong."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    module: types.ModuleType
+    model_cls: type
+    get_inputs: Callable[[], list[Any]]
+    get_init_inputs: Callable[[], list[Any]]
+
+
+def problem_hash(source: str) -> str:
+    """Content address of a problem: sha256 of its text with line endings and trailing blanks normalized."""
+    normalized = "\n".join(line.rstrip() for line in source.replace("\r\n", "\n").split("\n")).strip() + "\n"
+    return hashlib.sha256(normalized.encode()).hexdigest()
+
+
+def exec_module(source: str, name: str, filename: str) -> types.ModuleType:
+    """Execute ``source`` as a new module registered under ``name`` (dataclasses and pickling need it there).
+
+    Syntax errors and exceptions at import time become ``ProblemError`` naming the file and line.
+    """
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as exc:
+        raise ProblemError(f"{filename}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        line = _line_in(exc, filename)
+        where = f" at line {line}" if line else ""
+        raise ProblemError(f"{filename}: {type(exc).__name__}{where} while loading: {exc}") from None
+    return module
+
+
+def _line_in(exc: BaseException, filename: str) -> int | None:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    return frames[-1].lineno if frames else None
+
+
+def load_problem(source: str, name: str = "kb_problem", filename: str = "problem.py") -> Problem:
+    module = exec_module(source, name, filename)
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
+    if missing:
+        raise ProblemError(
+            f"{filename}: missing {', '.join(missing)} (a problem defines Model, get_inputs, get_init_inputs)"
+        )
+    model_cls = module.Model
+    if not isinstance(model_cls, type):
+        raise ProblemError(f"{filename}: Model must be a class, got {type(model_cls).__name__}")
+    for fn in ("get_inputs", "get_init_inputs"):
+        if not callable(getattr(module, fn)):
+            raise ProblemError(f"{filename}: {fn} must be a function")
+    return Problem(module, model_cls, module.get_inputs, module.get_init_inputs)
+
+
+def load_candidate(source: str, name: str = "kb_candidate", filename: str = "model_new.py") -> type:
+    """The ``ModelNew`` class of a candidate file."""
+    module = exec_module(source, name, filename)
+    model_new = getattr(module, "ModelNew", None)
+    if model_new is None:
+        raise ProblemError(f"{filename}: no ModelNew defined (a candidate defines class ModelNew)")
+    if not isinstance(model_new, type):
+        raise ProblemError(f"{filename}: ModelNew must be a class, got {type(model_new).__name__}")
+    return model_new
+
+
+def call_inputs(fn: Callable[[], Any], what: str) -> list[Any]:
+    """Call get_inputs/get_init_inputs and check it returns a list or tuple."""
+    try:
+        values = fn()
+    except Exception as exc:
+        raise ProblemError(f"{what}() raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(values, list | tuple):
+        raise ProblemError(f"{what}() must return a list, got {type(values).__name__}")
+    return list(values)

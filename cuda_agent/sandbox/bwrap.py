@@ -1,0 +1,388 @@
+"""bubblewrap sandbox: own PID/user/IPC/UTS/network namespaces, read-only system, tmpfs /tmp, rlimits.
+
+What the child sees: the system directories a compiler, Python and CUDA need (read-only), the running Python
+installation, CUDA_HOME, the ``cuda_agent`` package (read-only, so candidates can ``import cuda_agent.kernels``),
+a private tmpfs at /tmp and /dev, and exactly the paths the spec names. Nothing else of the host exists there:
+not the data directory, not $HOME, not /work.
+
+Limits: rlimits are applied by ``prlimit`` right before the command runs; the process count is also bounded by
+a pids cgroup where one can be created, because RLIMIT_NPROC does not bind processes that are root outside the
+sandbox (see ``cgroup.py``). The wall clock kills the outer bwrap; ``--die-with-parent`` and the PID namespace
+take every descendant with it, and the cgroup is swept as a second net.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from cuda_agent.sandbox.cgroup import PidsCgroup, pids_cgroup_supported
+
+log = logging.getLogger(__name__)
+
+SANDBOX_UID = 1000  # the candidate runs as this unprivileged uid inside its user namespace
+_ETC_ESSENTIALS = (
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "localtime",
+    "os-release",
+)
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+class SandboxLimits(BaseModel):
+    wall_time_s: float = 60.0
+    cpu_time_s: int | None = 60
+    address_space_bytes: int | None = Field(
+        4 * 1024**3, description="RLIMIT_AS; None: unlimited (CUDA reserves >= 64 GiB of address space)."
+    )
+    max_processes: int | None = 128
+    max_file_bytes: int | None = 256 * 1024**2
+    max_output_bytes: int = 1024**2
+    tmpfs_bytes: int = Field(1024**3, description="Size of the private /tmp (it lives in host memory).")
+
+
+class SandboxSpec(BaseModel):
+    argv: list[str]
+    cwd: Path
+    writable_paths: list[Path] = Field(description="Bound read-write at the same path.")
+    readonly_paths: list[Path] = Field(default_factory=list, description="Extra read-only binds at the same path.")
+    extra_binds: list[tuple[Path, Path]] = Field(
+        default_factory=list, description="(host path, sandbox path) bound read-write at a different path."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="The child's whole environment, over defaults.")
+    gpu: bool = False
+    network: bool = False
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    stdin: bytes | None = None
+
+
+class SandboxResult(BaseModel):
+    exit_code: int | None
+    signal: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+    sandbox_error: str | None = Field(None, description="Set when the sandbox itself failed (not the command).")
+
+    @property
+    def ok(self) -> bool:
+        return self.sandbox_error is None and not self.timed_out and self.exit_code == 0
+
+
+def _cuda_home() -> Path:
+    return Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda")
+
+
+def package_parent() -> Path:
+    """Directory that must be on PYTHONPATH for ``import cuda_agent`` inside the sandbox."""
+    import cuda_agent
+
+    return Path(cuda_agent.__file__).resolve().parent.parent
+
+
+def _python_paths() -> list[Path]:
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with contextlib.suppress(KeyError):
+            paths.add(Path(sysconfig.get_paths()[key]))
+    import site
+
+    paths.update(Path(p) for p in site.getsitepackages())
+    return sorted(paths)
+
+
+@cache
+def _system_paths() -> tuple[Path, ...]:
+    import cuda_agent
+
+    paths = [Path(p) for p in _SYSTEM_DIRS] + [Path("/etc") / name for name in _ETC_ESSENTIALS]
+    paths += _python_paths()
+    paths += [_cuda_home(), Path(cuda_agent.__file__).resolve().parent]
+    return tuple(p for p in paths if os.path.lexists(p))
+
+
+def _covered(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _bind_args(paths: list[Path], flag: str, bound: list[str]) -> list[str]:
+    """Bind each path at its own location; a symlink becomes a symlink to its (bound) target."""
+    args: list[str] = []
+    for p in paths:
+        real = os.path.realpath(p)
+        if not _covered(real, bound):
+            args += [flag, real, real]
+            bound.append(real)
+        lexical = os.path.abspath(p)
+        if lexical != real and not _covered(lexical, bound):
+            args += ["--symlink", real, lexical]
+            bound.append(lexical)
+    return args
+
+
+def _default_env() -> dict[str, str]:
+    path = [str(Path(sys.executable).parent), str(_cuda_home() / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]
+    return {
+        "PATH": ":".join(path),
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": str(package_parent()),
+    }
+
+
+def _prlimit_args(limits: SandboxLimits) -> list[str]:
+    args = ["/usr/bin/prlimit", "--core=0"]
+    if limits.cpu_time_s is not None:
+        args.append(f"--cpu={limits.cpu_time_s}")
+    if limits.address_space_bytes is not None:
+        args.append(f"--as={limits.address_space_bytes}")
+    if limits.max_processes is not None:
+        args.append(f"--nproc={limits.max_processes}")
+    if limits.max_file_bytes is not None:
+        args.append(f"--fsize={limits.max_file_bytes}")
+    return [*args, "--"]
+
+
+def _find_executable(argv0: str, env: dict[str, str], visible: list[str]) -> str | None:
+    found = argv0 if "/" in argv0 else shutil.which(argv0, path=env.get("PATH", ""))
+    if found is None or not os.access(found, os.X_OK) or not os.path.isfile(found):
+        return None
+    return found if _covered(os.path.realpath(found), visible) or _covered(os.path.abspath(found), visible) else None
+
+
+class _Drain(threading.Thread):
+    """Reads a pipe to EOF, keeping the first ``limit`` bytes so a chatty child cannot exhaust our memory."""
+
+    def __init__(self, pipe: int, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.limit = pipe, limit
+        self.kept = bytearray()
+        self.dropped = 0
+
+    def run(self) -> None:
+        with open(self.pipe, "rb", buffering=0, closefd=True) as f:
+            while chunk := f.read(65536):
+                room = self.limit - len(self.kept)
+                self.kept += chunk[: max(room, 0)]
+                self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def text(self) -> str:
+        out = self.kept.decode("utf-8", errors="replace")
+        if self.dropped:
+            out += f"\n[... {self.dropped} more bytes dropped: output limit {self.limit} bytes]\n"
+        return out
+
+
+def _decode_status(returncode: int) -> tuple[int | None, int | None]:
+    """(exit_code, signal). bwrap reports a child killed by signal N as exit status 128 + N."""
+    if returncode < 0:
+        return None, -returncode
+    if returncode > 128 and (returncode - 128) in {s.value for s in signal.Signals}:
+        return None, returncode - 128
+    return returncode, None
+
+
+def _failure(message: str, started: float) -> SandboxResult:
+    return SandboxResult(
+        exit_code=None,
+        signal=None,
+        stdout="",
+        stderr="",
+        timed_out=False,
+        duration_s=time.monotonic() - started,
+        sandbox_error=message,
+    )
+
+
+def run_sandboxed(spec: SandboxSpec) -> SandboxResult:
+    """Run ``spec.argv`` in a fresh sandbox and wait for it (or the wall clock)."""
+    started = time.monotonic()
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return _failure("bubblewrap (bwrap) is not installed", started)
+    if not spec.argv:
+        return _failure("empty argv", started)
+    for p in [*spec.writable_paths, *spec.readonly_paths, *(src for src, _ in spec.extra_binds)]:
+        if not p.exists():
+            return _failure(f"sandbox bind source does not exist: {p}", started)
+
+    env = {**_default_env(), **spec.env}
+    bound: list[str] = []
+    args = [
+        bwrap,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+        "--disable-userns",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(spec.limits.tmpfs_bytes),
+        "--tmpfs",
+        "/tmp",
+    ]
+    if not spec.network:
+        args.append("--unshare-net")
+    args += _bind_args(list(_system_paths()), "--ro-bind", bound)
+    if spec.gpu:
+        for dev in [*sorted(Path("/dev").glob("nvidia*")), Path("/dev/dri")]:
+            if dev.exists():
+                args += ["--dev-bind", str(dev), str(dev)]
+        args += ["--ro-bind", "/sys", "/sys"]  # the CUDA driver enumerates devices through sysfs
+    # Later binds win, so explicit read-only paths come after the system and writable ones last.
+    ro_explicit: list[str] = []
+    args += _bind_args(spec.readonly_paths, "--ro-bind", ro_explicit)
+    rw: list[str] = []
+    args += _bind_args(spec.writable_paths, "--bind", rw)
+    for src, dest in spec.extra_binds:
+        args += ["--bind", os.path.realpath(src), str(dest)]
+    visible = [*bound, *ro_explicit, *rw, *(str(d) for _, d in spec.extra_binds)]
+    cwd = os.path.abspath(spec.cwd)
+    if cwd != "/tmp" and not _covered(cwd, visible):
+        return _failure(f"sandbox cwd {cwd} is not inside a bound path", started)
+    exe = _find_executable(spec.argv[0], env, visible)
+    if exe is None:
+        return _failure(f"executable not found in the sandbox: {spec.argv[0]}", started)
+    args += ["--chdir", cwd]
+
+    # The marker pipe tells setup failures of bwrap (infrastructure) from failures of the command: the wrapper
+    # writes one byte once the sandbox exists, then closes the fd so the command can never write it.
+    marker_r, marker_w = os.pipe()
+    wrapper = f'printf . >&{marker_w} && exec {marker_w}>&- && exec "$@"'
+    args += ["--", "/bin/bash", "-c", wrapper, "sandbox", *_prlimit_args(spec.limits), exe, *spec.argv[1:]]
+
+    cgroup = PidsCgroup.create(spec.limits.max_processes) if spec.limits.max_processes is not None else None
+    if cgroup is not None:
+        # Join the cgroup before bwrap starts, so no process of the run is ever outside it.
+        args = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.procs_file), *args]
+    try:
+        return _run(spec, args, env, marker_r, marker_w, cgroup, started)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(marker_r)
+        if cgroup is not None:
+            cgroup.destroy()
+
+
+def _run(
+    spec: SandboxSpec,
+    args: list[str],
+    env: dict[str, str],
+    marker_r: int,
+    marker_w: int,
+    cgroup: PidsCgroup | None,
+    started: float,
+) -> SandboxResult:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            env=env,
+            pass_fds=(marker_w,),
+            start_new_session=True,  # its own process group, so the timeout can kill it whole
+        )
+    except OSError as exc:
+        for fd in (out_r, out_w, err_r, err_w, marker_w):
+            os.close(fd)
+        return _failure(f"could not start bwrap: {exc}", started)
+    for fd in (out_w, err_w, marker_w):
+        os.close(fd)
+    drains = [_Drain(out_r, spec.limits.max_output_bytes), _Drain(err_r, spec.limits.max_output_bytes)]
+    for d in drains:
+        d.start()
+    if spec.stdin is not None and proc.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(spec.stdin)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+
+    timed_out = False
+    try:
+        proc.wait(timeout=spec.limits.wall_time_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.kill_all()
+        proc.wait()
+    for d in drains:
+        d.join(timeout=10)  # EOF comes once the namespace is gone; bounded in case something odd holds the pipe
+    duration = time.monotonic() - started
+    stdout, stderr = drains[0].text(), drains[1].text()
+    exit_code, sig = _decode_status(proc.returncode)
+    sandbox_error = None
+    if not timed_out and not _read_marker(marker_r):
+        sandbox_error = "sandbox setup failed: " + (stderr.strip().splitlines() or ["(no message)"])[-1]
+    return SandboxResult(
+        exit_code=None if timed_out else exit_code,
+        signal=signal.SIGKILL.value if timed_out else sig,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=timed_out,
+        duration_s=duration,
+        sandbox_error=sandbox_error,
+    )
+
+
+def _read_marker(fd: int) -> bool:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 1) == b"."
+    except BlockingIOError:
+        return False
+
+
+def sandbox_available() -> tuple[bool, str]:
+    """(ok, reason), probing a real sandboxed command; for ``cuda-agent doctor``."""
+    if shutil.which("bwrap") is None:
+        return False, "bubblewrap (bwrap) is not installed"
+    probe = run_sandboxed(
+        SandboxSpec(argv=["/bin/true"], cwd=Path("/tmp"), writable_paths=[], limits=SandboxLimits(wall_time_s=30))
+    )
+    if probe.sandbox_error or probe.exit_code != 0:
+        return False, f"bubblewrap cannot create a sandbox here: {probe.sandbox_error or probe.stderr.strip()}"
+    if pids_cgroup_supported():
+        return True, "bubblewrap sandbox works; process count bounded by a pids cgroup"
+    if os.geteuid() == 0:
+        return True, "bubblewrap sandbox works, but no writable pids cgroup: the process limit is not enforced for root"
+    return True, "bubblewrap sandbox works; process count bounded by RLIMIT_NPROC"

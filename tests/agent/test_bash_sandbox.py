@@ -1,0 +1,96 @@
+"""The agent's bash runs in a real bubblewrap sandbox: no network, no data dir, no secrets, only its workspace."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.agent import KernelEnv
+from cuda_agent.agent.tools import eval_request
+from cuda_agent.contracts.agent import ToolCall
+from cuda_agent.settings import get_settings
+from tests.agent.agent_fixtures import PROBLEM, make_env
+from tests.fakes.openai_server import FakeOpenAIServer
+
+pytestmark = pytest.mark.sandbox
+
+
+@pytest.fixture
+def env() -> Iterator[KernelEnv]:
+    env = make_env(bash_timeout_s=20)
+    env.reset()
+    yield env
+    env.close()
+
+
+def bash(env: KernelEnv, command: str) -> str:
+    obs = env.tools.call(env, ToolCall(id="b", name="bash", arguments=json.dumps({"command": command})))
+    assert obs.ok, obs.content
+    assert "sandbox failed to start" not in obs.content, obs.content
+    return obs.content
+
+
+def test_workspace_is_writable_and_cwd(env: KernelEnv) -> None:
+    out = bash(env, "pwd && echo hello > made.txt && cat model.py | head -1")
+    assert "exit code: 0" in out and "import torch" in out
+    assert (env.workspace.root / "made.txt").read_text() == "hello\n"
+
+
+def test_no_network(env: KernelEnv, fake_openai: Callable[..., FakeOpenAIServer]) -> None:
+    server = fake_openai([])
+    # Control: the port is reachable from this process, so a refusal inside the sandbox is the sandbox's doing.
+    socket.create_connection(("127.0.0.1", server.port), timeout=3).close()
+    out = bash(
+        env,
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {server.port}), timeout=3)\"; "
+        f"echo rc=$?; (exec 3<>/dev/tcp/127.0.0.1/{server.port}) 2>/dev/null; echo tcp=$?",
+    )
+    assert "rc=1" in out and "tcp=1" in out
+    assert server.requests == []
+
+
+def test_cannot_read_data_dir_or_secrets(env: KernelEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = get_settings().data_dir
+    secret = data_dir / "cuda-agent.db"
+    secret.write_text("S3CRET-DB-CONTENT")
+    monkeypatch.setenv("CUDA_AGENT_OPENAI_API_KEY", "sk-LEAKED-KEY")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://user:pw-LEAKED@db/x")
+    out = bash(env, f"cat {secret}")
+    assert "exit code: 1" in out and "No such file or directory" in out and "S3CRET" not in out
+    # Only the path down to this workspace exists in the sandbox: no other file of the data dir.
+    out = bash(env, f"ls -A {data_dir}; ls -A {data_dir / 'workspaces'}")
+    assert out.split("stdout:\n")[1].split("stderr:")[0].split() == ["workspaces", env.id]
+    out = bash(env, "env")
+    assert "LEAKED" not in out and "CUDA_AGENT" not in out
+
+
+def test_cannot_write_outside_workspace(env: KernelEnv, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    sibling = env.workspace.root.parent / "other-rollout.txt"
+    bash(env, f"echo x > {outside}; echo x > {sibling}; echo x > /usr/evil; echo done")
+    assert not outside.exists() and not sibling.exists() and not Path("/usr/evil").exists()
+
+
+def test_reference_problem_is_our_copy(env: KernelEnv) -> None:
+    bash(env, "echo 'class Model: pass' > model.py && echo 'class ModelNew: pass' > model_new.py")
+    assert env.workspace.read_text("model.py") == "class Model: pass\n"
+    request = eval_request(env, env.workspace.candidate(env.config.form), None)
+    assert request.problem_source == PROBLEM
+
+
+def test_time_limit_and_truncation() -> None:
+    env = make_env(bash_timeout_s=2)
+    env.reset()
+    try:
+        start = time.monotonic()
+        out = bash(env, "sleep 30")
+        assert "timed out after 2 s" in out and time.monotonic() - start < 15
+        out = bash(env, "head -c 100000 /dev/zero | tr '\\0' a")
+        assert "cut from the middle" in out and len(out) < 20_000
+    finally:
+        env.close()

@@ -1,0 +1,98 @@
+"""GPU evaluations (H200): real CUDA candidates built by compile_candidate, illegal memory accesses, side
+streams, and the Nsight Compute profile. The hack suite runs on the GPU too (tests/eval/test_hacks.py, cuda)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.compile import compile_candidate
+from cuda_agent.contracts.common import CompileStatus, EvalStatus
+from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest
+from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest
+from cuda_agent.eval import evaluate, profile_candidate
+from cuda_agent.eval.profile import find_ncu
+from tests.eval.helpers import EXAMPLES, RELU_ADD, codes
+
+pytestmark = [pytest.mark.gpu, pytest.mark.sandbox]
+
+CUDA_CANDIDATE = EXAMPLES / "candidates" / "relu_add_cuda"
+# Large enough that the fused kernel's saved memory traffic outweighs the Python launcher's overhead.
+RELU_ADD_LARGE = RELU_ADD.replace("batch = 64", "batch = 4096").replace("size = 1024", "size = 4096")
+
+
+def project_files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def build(files: dict[str, str]) -> tuple[CandidateSource, str]:
+    source = CandidateSource(form=CandidateForm.PROJECT, files=files)
+    built = compile_candidate(CompileRequest(candidate=source, device="cuda"))
+    assert built.status is CompileStatus.OK, built.message
+    assert built.artifact_key
+    return source, built.artifact_key
+
+
+def run_cuda(files: dict[str, str], problem: str = RELU_ADD_LARGE, **fields: object) -> EvalResult:
+    source, key = build(files)
+    return evaluate(EvalRequest(problem_source=problem, candidate=source, artifact_key=key, device="cuda", **fields))  # type: ignore[arg-type]
+
+
+def test_cuda_candidate_correct_and_faster_than_eager() -> None:
+    result = run_cuda(project_files(CUDA_CANDIDATE))
+    assert result.status is EvalStatus.CORRECT, (result.message, result.findings)
+    assert result.speedup_vs_eager is not None and result.speedup_vs_eager > 1.05, result.message
+    assert result.reward in (2.0, 3.0)
+    assert result.custom_kernel_time_share is not None and result.custom_kernel_time_share > 0.5
+    assert result.candidate_timing and result.candidate_timing.trials == 100
+    assert result.eager_timing and result.compile_timing
+    fp = result.fingerprint
+    assert fp and fp.gpu_name and fp.driver and fp.sm_clock_start_mhz and fp.cuda
+
+
+def test_illegal_access_is_contained_and_the_next_evaluation_is_clean() -> None:
+    files = project_files(CUDA_CANDIDATE)
+    files["kernels/relu_add.cu"] = files["kernels/relu_add.cu"].replace(
+        "out[i] = (v > 0.0f", "out[i + (1LL << 40)] = (v > 0.0f"
+    )
+    broken = run_cuda(files, measure_baselines=False)
+    assert broken.status is EvalStatus.ILLEGAL_ACCESS, broken.message
+    assert broken.reward == -1.0 and "illegal memory access" in broken.message
+    clean = run_cuda(project_files(CUDA_CANDIDATE), measure_baselines=False)
+    assert clean.status is EvalStatus.CORRECT, clean.message
+
+
+def test_side_stream_work_racing_the_output_is_caught() -> None:
+    files = project_files(CUDA_CANDIDATE)
+    files["model_new.py"] = files["model_new.py"].replace(
+        "self.kernels.relu_add(x, self.bias, out, x.numel(), self.bias.numel())",
+        "torch.cuda.current_stream().synchronize()\n"
+        "        self.side = getattr(self, 'side', None) or torch.cuda.Stream()\n"
+        "        self.kernels.relu_add(x, self.bias, out, x.numel(), self.bias.numel(), self.side)",
+    )
+    result = run_cuda(files, measure_baselines=False)
+    assert result.status is EvalStatus.HACK_DETECTED, (result.status, result.message)
+    assert codes(result) & {"output_written_after_return", "work_escapes_timer"}, result.findings
+
+
+def test_gpu_out_of_memory_is_a_runtime_error() -> None:
+    files = project_files(CUDA_CANDIDATE)
+    files["model_new.py"] = files["model_new.py"].replace(
+        "out = torch.empty_like(x)",
+        "out = torch.empty_like(x)\n        torch.empty(1024**4, dtype=torch.uint8, device=x.device)",
+    )
+    result = run_cuda(files, measure_baselines=False)
+    assert result.status is EvalStatus.RUNTIME_ERROR and "memory" in result.message.lower(), result.message
+
+
+def test_profile_with_nsight_compute() -> None:
+    if find_ncu() is None:
+        pytest.skip("ncu is not installed on this GPU host")
+    source, key = build(project_files(CUDA_CANDIDATE))
+    result = profile_candidate(ProfileRequest(problem_source=RELU_ADD_LARGE, candidate=source, artifact_key=key))
+    assert result.ok, result.message
+    kernel = result.kernels[0]
+    assert kernel.kernel.startswith("relu_add_kernel")
+    assert kernel.duration_us and kernel.dram_throughput_pct is not None and kernel.achieved_occupancy_pct
+    assert result.checklist and "checklist:" in result.report
