@@ -111,11 +111,24 @@ def _python_paths() -> list[Path]:
 
 
 @cache
+def _import_roots() -> tuple[Path, ...]:
+    """Library folders this process imports from through PYTHONPATH (e.g. wheels unpacked beside a system
+    Python), so that sandboxed Python finds the same packages. The cuda_agent checkout itself is not among them:
+    only its package folder is bound, never the rest of the repository."""
+    roots = []
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        path = Path(entry).resolve() if entry else None
+        if path is not None and path.is_dir() and path != package_parent():
+            roots.append(path)
+    return tuple(roots)
+
+
+@cache
 def _system_paths() -> tuple[Path, ...]:
     import cuda_agent
 
     paths = [Path(p) for p in _SYSTEM_DIRS] + [Path("/etc") / name for name in _ETC_ESSENTIALS]
-    paths += _python_paths()
+    paths += _python_paths() + list(_import_roots())
     paths += [_cuda_home(), Path(cuda_agent.__file__).resolve().parent]
     return tuple(p for p in paths if os.path.lexists(p))
 
@@ -149,7 +162,7 @@ def _default_env() -> dict[str, str]:
         "USER": "sandbox",
         "LOGNAME": "sandbox",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": str(package_parent()),
+        "PYTHONPATH": os.pathsep.join(str(p) for p in (package_parent(), *_import_roots())),
     }
 
 
