@@ -12,8 +12,8 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
 from cuda_agent.db.models import CompileResultRow, EvalResultRow, Trajectory, Turn
-from tests.agent.test_rollout_e2e import BREAK, FIX, KERNEL, MODEL_NEW
 from tests.agent.agent_fixtures import PROBLEM
+from tests.agent.test_rollout_e2e import BREAK, FIX, KERNEL, MODEL_NEW
 from tests.fakes.openai_server import FakeOpenAIServer, reply, tool
 from tests.integration.conftest import start_api, wait_job
 
