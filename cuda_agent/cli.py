@@ -267,10 +267,14 @@ def optimize(
     options = dict(item.split("=", 1) for item in policy_option or [] if "=" in item)
     if policy_option and len(options) != len(policy_option):
         raise ConfigError("--policy-option takes KEY=VALUE")
+    policy_options: dict[str, Any] = dict(options)
+    if policy == "replay" and "trajectory" in options:  # a path to a trajectory JSONL file: replay its first line
+        lines = Path(options["trajectory"]).read_text().splitlines()
+        policy_options["trajectory"] = json.loads(lines[0]) if lines else {}
     request = RolloutRequest(
         problem_source=problem.read_text(),
         policy=policy,
-        policy_options=options,
+        policy_options=policy_options,
         config=RolloutConfig(max_turns=max_turns, device=device, tolerance=tolerance),
     )
     _ensure_embedded_db()

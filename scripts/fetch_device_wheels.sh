@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PKGS=(pydantic pydantic-core pydantic-settings python-dotenv typing-inspection annotated-types
       sqlalchemy alembic mako greenlet psycopg psycopg-binary
       celery kombu billiard vine amqp click-didyoumean click-repl click-plugins prompt-toolkit wcwidth tzlocal
-      redis fastapi starlette uvicorn annotated-doc openai httpx2 httpcore2 truststore distro jiter sniffio)
+      redis fastapi starlette uvicorn annotated-doc openai httpx2 httpcore2 truststore opentelemetry-api distro jiter sniffio)
 mkdir -p .whl
 specs=()
 for p in "${PKGS[@]}"; do
@@ -21,3 +21,5 @@ ls .whl | wc -l
 # Debian's bubblewrap runs on the GPU host's Ubuntu (unpacked with dpkg -x there; nothing is installed).
 (cd .whl && rm -f bubblewrap_*.deb && apt-get download -q bubblewrap >/dev/null)
 ls .whl/bubblewrap_*.deb
+# CUDA artifacts built here, which the GPU tests load there without compiling.
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} python3 scripts/prebuild_artifacts.py .whl/artifacts

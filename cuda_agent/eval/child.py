@@ -208,8 +208,12 @@ class Child:
             if events is not None:
                 _event_record(events[0])
                 out = call(inputs)
+                # Device-wide sync BEFORE the end event: work the candidate put on side streams (or threads) has
+                # finished by the time the end event runs, so it is inside the measured interval. Recording the
+                # end event first would time the current stream only and let side-stream work escape the timer.
+                _cuda_sync()
                 _event_record(events[1])
-                _cuda_sync()  # device-wide: work on every stream has finished before the end event is read
+                _cuda_sync()
                 h1 = _perf_counter()
                 ms = _event_elapsed(events[0], events[1])
             else:

@@ -208,7 +208,10 @@ def profile_candidate(req: ProfileRequest, settings: Settings | None = None) -> 
             ",".join(METRICS),
             "--csv",
         ]
-        run = evaluation.run_child(workdir, job, env, argv_prefix=argv_prefix, readonly=[str(Path(ncu).parent.parent)])
+        # The ncu in a CUDA toolkit's bin/ is a launcher that looks for Nsight Compute beside the toolkit or under
+        # /opt/nvidia (where the H200 image keeps it), so both must be visible in the sandbox.
+        tool_dirs = [str(Path(ncu).resolve().parent.parent), *(d for d in ("/opt/nvidia",) if Path(d).is_dir())]
+        run = evaluation.run_child(workdir, job, env, argv_prefix=argv_prefix, readonly=tool_dirs)
     except Abort as stop:
         return ProfileResult(ok=False, message=stop.result.message)
     finally:

@@ -137,8 +137,10 @@ def _covered(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _bind_args(paths: list[Path], flag: str, bound: list[str]) -> list[str]:
-    """Bind each path at its own location; a symlink becomes a symlink to its (bound) target."""
+def _bind_args(paths: list[Path], flag: str, bound: list[str], mounted: tuple[str, ...] = ()) -> list[str]:
+    """Bind each path at its own location; a symlink becomes a symlink to its (bound) target, unless an earlier
+    mount (``mounted``) already shows it: bwrap cannot create a symlink where one exists (e.g. /usr/local/cuda
+    inside a bound /usr)."""
     args: list[str] = []
     for p in paths:
         real = os.path.realpath(p)
@@ -146,7 +148,7 @@ def _bind_args(paths: list[Path], flag: str, bound: list[str]) -> list[str]:
             args += [flag, real, real]
             bound.append(real)
         lexical = os.path.abspath(p)
-        if lexical != real and not _covered(lexical, bound):
+        if lexical != real and not _covered(lexical, [*bound, *mounted]):
             args += ["--symlink", real, lexical]
             bound.append(lexical)
     return args
@@ -279,9 +281,9 @@ def run_sandboxed(spec: SandboxSpec) -> SandboxResult:
         args += ["--ro-bind", "/sys", "/sys"]  # the CUDA driver enumerates devices through sysfs
     # Later binds win, so explicit read-only paths come after the system and writable ones last.
     ro_explicit: list[str] = []
-    args += _bind_args(spec.readonly_paths, "--ro-bind", ro_explicit)
+    args += _bind_args(spec.readonly_paths, "--ro-bind", ro_explicit, tuple(bound))
     rw: list[str] = []
-    args += _bind_args(spec.writable_paths, "--bind", rw)
+    args += _bind_args(spec.writable_paths, "--bind", rw, (*bound, *ro_explicit))
     for src, dest in spec.extra_binds:
         args += ["--bind", os.path.realpath(src), str(dest)]
     visible = [*bound, *ro_explicit, *rw, *(str(d) for _, d in spec.extra_binds)]

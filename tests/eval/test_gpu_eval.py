@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.sandbox]
 
 CUDA_CANDIDATE = EXAMPLES / "candidates" / "relu_add_cuda"
 # Large enough that the fused kernel's saved memory traffic outweighs the Python launcher's overhead.
-RELU_ADD_LARGE = RELU_ADD.replace("batch = 64", "batch = 4096").replace("size = 1024", "size = 4096")
+RELU_ADD_LARGE = RELU_ADD.replace("batch = 64", "batch = 16384").replace("size = 1024", "size = 4096")
 
 
 def project_files(root: Path) -> dict[str, str]:
@@ -63,8 +63,12 @@ def test_illegal_access_is_contained_and_the_next_evaluation_is_clean() -> None:
     assert clean.status is EvalStatus.CORRECT, clean.message
 
 
-def test_side_stream_work_racing_the_output_is_caught() -> None:
+def test_side_stream_work_cannot_escape_the_timer() -> None:
+    """Launching on a private stream and returning at once must not look faster: the harness synchronizes the
+    whole device before its end event, so the side stream's kernel is inside the measured time (and a race on the
+    output, when observed, is a hack finding)."""
     files = project_files(CUDA_CANDIDATE)
+    honest = run_cuda(files, measure_baselines=False)
     files["model_new.py"] = files["model_new.py"].replace(
         "self.kernels.relu_add(x, self.bias, out, x.numel(), self.bias.numel())",
         "torch.cuda.current_stream().synchronize()\n"
@@ -72,8 +76,15 @@ def test_side_stream_work_racing_the_output_is_caught() -> None:
         "        self.kernels.relu_add(x, self.bias, out, x.numel(), self.bias.numel(), self.side)",
     )
     result = run_cuda(files, measure_baselines=False)
-    assert result.status is EvalStatus.HACK_DETECTED, (result.status, result.message)
-    assert codes(result) & {"output_written_after_return", "work_escapes_timer"}, result.findings
+    if result.status is EvalStatus.HACK_DETECTED:
+        assert codes(result) & {"output_written_after_return", "work_escapes_timer"}, result.findings
+        return
+    assert result.status is EvalStatus.CORRECT, (result.status, result.message)
+    assert honest.candidate_timing is not None and result.candidate_timing is not None
+    assert result.candidate_timing.median_ms >= 0.8 * honest.candidate_timing.median_ms, (
+        result.candidate_timing.median_ms,
+        honest.candidate_timing.median_ms,
+    )
 
 
 def test_gpu_out_of_memory_is_a_runtime_error() -> None:

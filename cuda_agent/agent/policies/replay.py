@@ -11,7 +11,9 @@ from cuda_agent.contracts.agent import AssistantTurn, Trajectory
 class ReplayPolicy:
     name = "replay"
 
-    def __init__(self, *, trajectory: Trajectory) -> None:
+    def __init__(self, *, trajectory: Trajectory | dict[str, Any]) -> None:
+        # A dict is the JSON form, as it arrives in a job's policy options.
+        trajectory = Trajectory.model_validate(trajectory) if isinstance(trajectory, dict) else trajectory
         self._turns = [t.assistant for t in trajectory.turns]
         self._next = 0
 
