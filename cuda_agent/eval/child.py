@@ -26,6 +26,7 @@ import torch.autograd.profiler
 from cuda_agent.eval import guards
 from cuda_agent.eval.protocol import (
     JOB_FILE,
+    LIBRARY_KERNEL_MARKERS,
     OUTPUTS_FILE,
     PROBLEM_FILE,
     RESULT_FILE,
@@ -60,24 +61,6 @@ _profile = torch.autograd.profiler.profile
 _sleep = time.sleep
 
 INIT_SEED = 42
-_LIBRARY_KERNELS = (
-    "at::native",
-    "at_cuda_detail",
-    "cublas",
-    "cudnn",
-    "nvjet",
-    "xmma",
-    "gemv",
-    "sgemm",
-    "hgemm",
-    "cutlass_80",
-    "cutlass_90",
-    "triton_",
-    "Memcpy",
-    "Memset",
-    "flash_fwd",
-    "fmha",
-)
 # Composite names the profiler shows for allowed operations.
 _PROFILER_ALLOWED = guards.ALLOWED_ATEN_OPS | {
     "reshape",
@@ -533,7 +516,7 @@ class Child:
         total = sum(kernels.values())
         if total <= 0:
             return  # the profiler recorded no GPU activity at all: no evidence either way
-        custom = sum(t for k, t in kernels.items() if not any(p in k for p in _LIBRARY_KERNELS))
+        custom = sum(t for k, t in kernels.items() if not any(p in k for p in LIBRARY_KERNEL_MARKERS))
         self.report.custom_kernel_time_share = custom / total
         if custom == 0 and not self.job.allow_torch_compute:
             self.add("no_custom_kernel", "the profiler saw no custom GPU kernel in ModelNew.forward")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cuda_agent.contracts.common import Device
 from cuda_agent.contracts.eval import EvalRequest, KernelProfile, ProfileRequest, ProfileResult
+from cuda_agent.eval.protocol import LIBRARY_KERNEL_MARKERS
 from cuda_agent.settings import Settings, get_settings
 
 METRICS = {
@@ -29,20 +30,6 @@ METRICS = {
     "launch__block_size": "block_size",
     "smsp__thread_inst_executed_per_inst_executed.ratio": "threads_per_warp_inst",
 }
-LIBRARY_KERNELS = (
-    "at::native",
-    "at_cuda_detail",
-    "cublas",
-    "cudnn",
-    "nvjet",
-    "xmma",
-    "gemv",
-    "sgemm",
-    "hgemm",
-    "cutlass_80",
-    "cutlass_90",
-    "triton_",
-)
 _TIME_UNITS_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}
 
 
@@ -91,7 +78,7 @@ def parse_ncu_csv(text: str) -> list[KernelProfile]:
         per_launch[launch][metric] = value
     by_kernel: dict[str, list[dict[str, float]]] = defaultdict(list)
     for launch, values in per_launch.items():
-        if not any(p in names[launch] for p in LIBRARY_KERNELS):
+        if not any(p in names[launch] for p in LIBRARY_KERNEL_MARKERS):
             by_kernel[names[launch]].append(values)
     profiles = []
     for kernel, launches in by_kernel.items():

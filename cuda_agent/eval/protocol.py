@@ -80,3 +80,22 @@ class ChildReport(BaseModel):
     torch_version: str = ""
     cuda_version: str | None = None
     gpu_name: str | None = None
+
+
+# Substrings of kernel names that belong to PyTorch or vendor libraries; any other kernel counts as the
+# candidate's own (custom-kernel share of GPU time, and which kernels the profiler reports on).
+LIBRARY_KERNEL_MARKERS = (
+    "at::native",
+    "at_cuda_detail",
+    "cublas",
+    "cudnn",
+    "nvjet",
+    "xmma",
+    "gemv",
+    "sgemm",
+    "hgemm",
+    "cutlass_80",
+    "cutlass_90",
+    "triton_",
+    "Memcpy",
+)

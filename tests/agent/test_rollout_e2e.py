@@ -45,22 +45,24 @@ class ModelNew(nn.Module):
 FIX = {"old_string": "a[i] + b[i]\n", "new_string": "a[i] + b[i];\n"}
 BREAK = {"old_string": "a[i] + b[i];", "new_string": "a[i] - b[i];"}
 
+# Write a kernel with a syntax error, compile, fix, verify (correct), break it, verify (incorrect), finish.
+SCRIPT = [
+    reply(
+        "I will write an OpenMP kernel.",
+        tool("write_file", path="kernels/add.cpp", content=KERNEL),
+        tool("write_file", path="model_new.py", content=MODEL_NEW),
+    ),
+    reply(tool("compile")),
+    reply(tool("edit_file", path="kernels/add.cpp", edits=[FIX])),
+    reply(tool("compile")),
+    reply(tool("verify")),
+    reply("Try something clever.", tool("edit_file", path="kernels/add.cpp", edits=[BREAK]), tool("verify")),
+    reply(tool("finish", summary="correct OpenMP add")),
+]
+
 
 def test_rollout_writes_compiles_fixes_verifies_and_keeps_best(fake_openai: Callable[..., FakeOpenAIServer]) -> None:
-    script = [
-        reply(
-            "I will write an OpenMP kernel.",
-            tool("write_file", path="kernels/add.cpp", content=KERNEL),
-            tool("write_file", path="model_new.py", content=MODEL_NEW),
-        ),
-        reply(tool("compile")),
-        reply(tool("edit_file", path="kernels/add.cpp", edits=[FIX])),
-        reply(tool("compile")),
-        reply(tool("verify")),
-        reply("Try something clever.", tool("edit_file", path="kernels/add.cpp", edits=[BREAK]), tool("verify")),
-        reply(tool("finish", summary="correct OpenMP add")),
-    ]
-    server = fake_openai(script)
+    server = fake_openai(SCRIPT)
     env = make_env(timing_trials=5, warmup=1, correctness_trials=2, measure_baselines=False)
     traj = run_rollout(env, make_policy(server))
 

@@ -6,42 +6,35 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
 from tests.agent.agent_fixtures import PROBLEM
-from tests.agent.test_rollout_e2e import MODEL_NEW
+from tests.agent.test_rollout_e2e import MODEL_NEW, SCRIPT
 from tests.conftest import cli
 from tests.fakes.openai_server import FakeOpenAIServer, reply, tool
-from tests.integration.test_optimize import SCRIPT
 
 pytestmark = pytest.mark.sandbox
 
 
-def test_optimize_cli_embedded(tmp_path: Path) -> None:
+def optimize_with(server: FakeOpenAIServer, tmp_path: Path, max_turns: int) -> CompletedProcess[str]:
+    """`cuda-agent optimize` of the test problem, driven by ``server``, on the data dir tmp_path/data."""
     problem = tmp_path / "problem.py"
     problem.write_text(PROBLEM)
-    out = tmp_path / "out"
-    data = tmp_path / "data"
+    return cli(
+        *("optimize", str(problem), "--policy", "openai", "--device", "cpu", "--max-turns", str(max_turns)),
+        *("--policy-option", f"base_url={server.base_url}", "--policy-option", "model=fake-model"),
+        *("--out", str(tmp_path / "out")),
+        env={"CUDA_AGENT_DATA_DIR": str(tmp_path / "data")},
+        timeout=600,
+    )
+
+
+def test_optimize_cli_embedded(tmp_path: Path) -> None:
+    out, data = tmp_path / "out", tmp_path / "data"
     with FakeOpenAIServer(SCRIPT) as server:
-        result = cli(
-            "optimize",
-            str(problem),
-            "--policy",
-            "openai",
-            "--device",
-            "cpu",
-            "--max-turns",
-            "12",
-            "--policy-option",
-            f"base_url={server.base_url}",
-            "--policy-option",
-            "model=fake-model",
-            "--out",
-            str(out),
-            env={"CUDA_AGENT_DATA_DIR": str(data)},
-            timeout=600,
-        )
+        result = optimize_with(server, tmp_path, max_turns=12)
     assert result.returncode == 0, result.stderr + result.stdout
     assert "finished after 7 turns; best: correct" in result.stdout
     assert (out / "model_new.py").read_text() == MODEL_NEW
@@ -59,29 +52,10 @@ def test_optimize_cli_embedded(tmp_path: Path) -> None:
 
 
 def test_optimize_cli_policy_that_never_finishes_ends_at_the_turn_limit(tmp_path: Path) -> None:
-    problem = tmp_path / "problem.py"
-    problem.write_text(PROBLEM)
     data = tmp_path / "data"
     looping = reply("Let me look again.", tool("no_such_tool", path="x"), tool("read_file", _raw="{not json"))
     with FakeOpenAIServer([], then=looping) as server:
-        result = cli(
-            "optimize",
-            str(problem),
-            "--policy",
-            "openai",
-            "--device",
-            "cpu",
-            "--max-turns",
-            "3",
-            "--policy-option",
-            f"base_url={server.base_url}",
-            "--policy-option",
-            "model=fake-model",
-            "--out",
-            str(tmp_path / "out"),
-            env={"CUDA_AGENT_DATA_DIR": str(data)},
-            timeout=300,
-        )
+        result = optimize_with(server, tmp_path, max_turns=3)
     assert result.returncode == 1  # no verified candidate
     assert "max_turns after 3 turns; no verified candidate" in result.stdout
     db = sqlite3.connect(data / "cuda-agent.db")

@@ -13,25 +13,11 @@ from sqlalchemy.orm import Session
 
 from cuda_agent.db.models import CompileResultRow, EvalResultRow, Trajectory, Turn
 from tests.agent.agent_fixtures import PROBLEM
-from tests.agent.test_rollout_e2e import BREAK, FIX, KERNEL, MODEL_NEW
-from tests.fakes.openai_server import FakeOpenAIServer, reply, tool
+from tests.agent.test_rollout_e2e import MODEL_NEW, SCRIPT
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.conftest import start_api, wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
-
-SCRIPT = [
-    reply(
-        "I will write an OpenMP kernel.",
-        tool("write_file", path="kernels/add.cpp", content=KERNEL),
-        tool("write_file", path="model_new.py", content=MODEL_NEW),
-    ),
-    reply(tool("compile")),
-    reply(tool("edit_file", path="kernels/add.cpp", edits=[FIX])),
-    reply(tool("compile")),
-    reply(tool("verify")),
-    reply("Try something clever.", tool("edit_file", path="kernels/add.cpp", edits=[BREAK]), tool("verify")),
-    reply(tool("finish", summary="correct OpenMP add")),
-]
 
 
 def optimize_body(server: FakeOpenAIServer) -> dict:
