@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from cuda_agent.settings import ConfigError, get_settings
 
@@ -85,6 +87,61 @@ def check_bwrap() -> Check:
     return Check("sandbox", ok, reason)
 
 
+def check_bytecode() -> Check:
+    """Evaluation children import torch read-only with bytecode writing off: without caches each one compiles
+    torch and torch._dynamo again (seconds per evaluation child)."""
+    import importlib.util
+
+    missing = []
+    for name in ("torch", "torch._dynamo"):
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec else None
+        if origin and origin.endswith(".py") and not Path(importlib.util.cache_from_source(origin)).exists():
+            missing.append(name)
+    if missing:
+        detail = f"no bytecode cache for {', '.join(missing)}: run python scripts/compile_bytecode.py"
+        return Check("bytecode", False, detail, required=False)
+    return Check("bytecode", True, "torch and torch._dynamo have bytecode caches", required=False)
+
+
+# Inside the evaluation sandbox, the PyTorch profiler must see GPU kernels: the custom-kernel share of every verdict
+# comes from it. Prints the number of GPU kernel events it recorded for one elementwise op.
+_PROFILER_PROBE = """
+import torch
+x = torch.ones(1 << 20, device="cuda")
+with torch.autograd.profiler.profile(use_device="cuda") as prof:
+    (x * 2).sum()
+    torch.cuda.synchronize()
+print(sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.function_events))
+"""
+
+
+def check_gpu_profiler() -> Check:
+    from cuda_agent.gpu import discover_gpus
+    from cuda_agent.sandbox import SandboxLimits, SandboxSpec, run_sandboxed
+
+    if not discover_gpus():
+        return Check("gpu profiler", True, "no GPU: not applicable", required=False)
+    result = run_sandboxed(
+        SandboxSpec(
+            argv=[sys.executable, "-c", _PROFILER_PROBE],
+            cwd=Path("/tmp"),
+            writable_paths=[],
+            gpu=True,
+            limits=SandboxLimits(wall_time_s=120, cpu_time_s=120, address_space_bytes=None, max_processes=1024),
+        )
+    )
+    kernels = result.stdout.strip().splitlines()[-1:] or ["?"]
+    if not result.ok or kernels[0] in ("0", "?"):
+        tail = " | ".join((result.sandbox_error or result.stderr).strip().splitlines()[-4:])[-500:]
+        detail = (
+            f"the PyTorch profiler recorded no GPU kernels in the sandbox ({kernels[0]}; CUPTI gives none on some "
+            f"hosts): custom-kernel shares come from launcher events, project form only. {tail}"
+        )
+        return Check("gpu profiler", False, detail.strip(), False)
+    return Check("gpu profiler", True, f"{kernels[0]} GPU kernel events recorded in the sandbox", required=False)
+
+
 CHECKS: list[Callable[[], Check]] = [
     check_torch,
     check_compiler,
@@ -93,6 +150,8 @@ CHECKS: list[Callable[[], Check]] = [
     check_db,
     check_redis,
     check_bwrap,
+    check_bytecode,
+    check_gpu_profiler,
 ]
 
 

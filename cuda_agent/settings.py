@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     eval_gpu_memory_fraction: float = Field(
         0.9, description="Per-process CUDA memory cap (RLIMIT_AS cannot bound GPU processes)."
     )
+    eval_warm_children: int = Field(
+        2, ge=0, description="Evaluation child processes kept started ahead of work (0: start each on demand)."
+    )
     reward_speedup_threshold: float = Field(1.05, description="Speedup over a baseline that counts as faster.")
     gpu_index: int | None = Field(None, description="NVML index this worker is pinned to (GPU workers).")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -18,6 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+# As the GPU eval worker is deployed (docker-compose.yml, k8s/eval-worker.yaml): two evaluations' worth of warm
+# sandboxed children.
+os.environ.setdefault("CUDA_AGENT_EVAL_WARM_CHILDREN", "4")
 
 from cuda_agent.compile import compile_candidate  # noqa: E402
 from cuda_agent.contracts.common import CompileStatus, EvalStatus  # noqa: E402
@@ -52,14 +57,15 @@ def main() -> int:
         print(f"first evaluation not correct: {first.status} {first.message} {first.findings}")
         return 1
 
-    walls, medians = [], []
+    walls, medians, clocks = [], [], []
     for _ in range(args.repeats):
         started = time.perf_counter()
         result = evaluate(request)
         walls.append(time.perf_counter() - started)
         assert result.status is EvalStatus.CORRECT, result.message
-        assert result.candidate_timing is not None
+        assert result.candidate_timing is not None and result.fingerprint is not None
         medians.append(result.candidate_timing.median_ms)
+        clocks.append((result.fingerprint.sm_clock_start_mhz, result.fingerprint.sm_clock_end_mhz))
     timing = first.candidate_timing
     figures = {
         "gpu": first.fingerprint.gpu_name if first.fingerprint else None,
@@ -75,6 +81,10 @@ def main() -> int:
         "speedup_vs_compile": first.speedup_vs_compile,
         "reward": first.reward,
         "custom_kernel_time_share": first.custom_kernel_time_share,
+        "custom_kernel_time_method": first.custom_kernel_time_method,
+        "warm_children": int(os.environ["CUDA_AGENT_EVAL_WARM_CHILDREN"]),
+        "sm_clocks_mhz_start_end": clocks,
+        "timeline_s_last": result.timeline_s,
     }
     print(json.dumps(figures, indent=2))
     if args.json:

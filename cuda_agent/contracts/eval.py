@@ -66,6 +66,11 @@ class EvalResult(BaseModel):
     eager_timing: TimingStats | None = None
     compile_timing: TimingStats | None = None
     custom_kernel_time_share: float | None = Field(None, description="Share of GPU time in custom kernels.")
+    custom_kernel_time_method: Literal["profiler", "launcher_events"] | None = Field(
+        None,
+        description="profiler: kernel records of the PyTorch profiler; launcher_events: CUDA events around each "
+        "custom launch (where the profiler records no GPU activity; library calls inside a launcher count).",
+    )
     findings: list[Finding] = Field(default_factory=list)
     max_abs_error: float | None = None
     trials_passed: int = 0
@@ -77,6 +82,11 @@ class EvalResult(BaseModel):
         None, description="Who is to blame when there is no success: never the candidate when reward is None."
     )
     notes: list[str] = Field(default_factory=list, description="Non-verdict remarks: missing baselines, GPU health.")
+    timeline_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where the time went: event -> seconds since the evaluation started ('candidate.timing', ...). "
+        "Child events are reported by the children themselves: diagnostics, never verdict inputs.",
+    )
 
 
 class ProfileRequest(BaseModel):

@@ -9,6 +9,7 @@ at import time, before any candidate code existed, and the captures are verified
 from __future__ import annotations
 
 import builtins
+import importlib
 import json
 import os
 import random
@@ -44,6 +45,9 @@ _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
 _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_sync = torch.cuda.synchronize
+_external_stream = torch.cuda.ExternalStream
+_default_stream = torch.cuda.default_stream
+_gpu_sleep = torch.cuda._sleep
 _manual_seed = torch.manual_seed
 _initial_seed = torch.initial_seed
 _save = torch.save
@@ -59,8 +63,12 @@ _dumps = json.dumps
 _active_threads = threading.active_count
 _profile = torch.autograd.profiler.profile
 _sleep = time.sleep
+_time = time.time
 
 INIT_SEED = 42
+# GPU cycles of busy-wait queued before each timed call: ~50 us at the H200's 1.98 GHz, more than the host needs
+# to reach a candidate's first launch.
+PREFILL_CYCLES = 100_000
 # Composite names the profiler shows for allowed operations.
 _PROFILER_ALLOWED = guards.ALLOWED_ATEN_OPS | {
     "reshape",
@@ -107,6 +115,24 @@ def signature(inputs: list[Any]) -> list[str]:
     ]
 
 
+class LaunchTimer:
+    """Launch hook for cuda_agent.kernels: CUDA events on the launch's stream around every custom launch."""
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[Any, Any]] = []
+        self.pending: Any = None
+
+    def __call__(self, before: bool, stream: int | None) -> None:
+        on = _external_stream(stream) if stream else _default_stream()  # type: ignore[no-untyped-call]
+        event = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        _event_record(event, on)
+        if before:
+            self.pending = event
+        elif self.pending is not None:
+            self.pairs.append((self.pending, event))
+            self.pending = None
+
+
 class Child:
     def __init__(self, job: ChildJob, workdir: str) -> None:
         self.job = job
@@ -125,7 +151,7 @@ class Child:
         raise Stop
 
     def phase_done(self, name: str) -> None:
-        self.report.phases.append(name)
+        self.report.phases[name] = _time()
 
     def setup_device(self) -> None:
         if self.job.device != "cuda":
@@ -173,7 +199,13 @@ class Child:
     def time_calls(
         self, call: Callable[[list[Any]], Any], base: list[Any], plan: TimingPlan
     ) -> tuple[ChildTimings, list[list[Any]]]:
-        """Warmups, then trials: fresh inputs, L2 flush, CUDA events (or the host clock on CPU) per call."""
+        """Warmups, then trials: fresh inputs, L2 flush, CUDA events (or the host clock on CPU) per call.
+
+        On the GPU the flush and a short busy-wait kernel are queued before the start event, so the GPU reaches
+        the start event busy and the call's work starts as soon as its first kernel is queued: the interval
+        measures the device, not how long the host took to reach the first launch (that latency varied by 10%
+        between processes on the H200 host). Host overhead beyond the busy-wait still counts. The end event is
+        recorded after a device-wide synchronize, so work on any stream is inside the interval."""
         scales = self.scales(plan)
         cuda = self.job.device == "cuda"
         samples: list[float] = []
@@ -181,33 +213,35 @@ class Child:
         spot: list[list[Any]] = []
         wanted = set(plan.spot_indices)
         started = _perf_counter()
-        events = (_Event(enable_timing=True), _Event(enable_timing=True)) if cuda else None  # type: ignore[no-untyped-call]
+        events = [_Event(enable_timing=True) for _ in range(3)] if cuda else []  # type: ignore[no-untyped-call]
         for i in range(plan.warmup + plan.trials):
             inputs = self.scaled(base, scales[i])
-            if self.flush_buffer is not None:
-                self.flush_buffer.zero_()
-            self.sync()
-            h0 = _perf_counter()
-            if events is not None:
-                _event_record(events[0])
+            if events:
+                pre, start, end = events
+                h0 = _perf_counter()
+                _event_record(pre)
+                if self.flush_buffer is not None:
+                    self.flush_buffer.zero_()
+                _gpu_sleep(PREFILL_CYCLES)  # type: ignore[no-untyped-call]
+                _event_record(start)
                 out = call(inputs)
-                # Device-wide sync BEFORE the end event: work the candidate put on side streams (or threads) has
-                # finished by the time the end event runs, so it is inside the measured interval. Recording the
-                # end event first would time the current stream only and let side-stream work escape the timer.
                 _cuda_sync()
-                _event_record(events[1])
+                _event_record(end)
                 _cuda_sync()
                 h1 = _perf_counter()
-                ms = _event_elapsed(events[0], events[1])
+                ms = _event_elapsed(start, end)
+                # The host clock of the call alone: less the flush and busy-wait it waited for.
+                host_ms = (h1 - h0) * 1e3 - _event_elapsed(pre, start)
             else:
+                h0 = _perf_counter()
                 out = call(inputs)
                 h1 = _perf_counter()
-                ms = (h1 - h0) * 1e3
+                ms = host_ms = (h1 - h0) * 1e3
             trial = i - plan.warmup
             if trial < 0:
                 continue
             samples.append(ms)
-            host.append((h1 - h0) * 1e3)
+            host.append(host_ms)
             if trial in wanted:
                 spot.append(to_cpu(flatten(out)))
             if trial + 1 >= 10 and _perf_counter() - started > plan.budget_s:
@@ -291,7 +325,7 @@ class Child:
         self.report.input_signature = signature(trial_inputs[0]) if trial_inputs else []
         base = self.make_inputs(problem, job.timing.base_seed) if job.timing else []
         problem_state = _simple_globals(problem.module)
-        launch_count = _launch_counter() if job.project_form else None
+        launch_count, launch_hook = _kernels_api() if job.project_form else (None, None)
         guard = guards.ComputeGuard(enabled=not job.allow_torch_compute)
         with guard.active():  # entering the modes the first time imports torch._dynamo, which re-wraps torch functions
             torch.empty(0)
@@ -335,7 +369,7 @@ class Child:
             per_call = self.correctness(model, trial_inputs, audit, guard, launch_count)
             collect(INIT_SEED)
             if job.timing is not None and not self.report.findings:
-                self.timing(model, base, job.timing, audit, launch_count, per_call)
+                self.timing(model, base, job.timing, audit, (launch_count, launch_hook), per_call)
                 collect(INIT_SEED)
         except Stop:
             raise
@@ -468,9 +502,11 @@ class Child:
         base: list[Any],
         plan: TimingPlan,
         audit: guards.AuditLog,
-        launch_count: Callable[[], int] | None,
+        kernels_api: tuple[Callable[[], int] | None, Callable[[Any], None] | None],
         per_call_guarded: float | None,
     ) -> None:
+        launch_count, launch_hook = kernels_api
+
         def call(inputs: list[Any]) -> Any:
             with _no_grad(), audit.running("forward"):
                 return model(*inputs)
@@ -492,6 +528,9 @@ class Child:
                 self.add("work_escapes_timer", f"host time {host:.3f} ms vs event time {event:.3f} ms per call")
         self.phase_done("timing")
         self.profile_call(call, self.scaled(base, 0.995))
+        if launch_hook is not None and self.report.custom_kernel_time_share is None:
+            self.launcher_share(call, self.scaled(base, 0.995), launch_hook)
+        self.phase_done("profiled")
 
     def profile_call(self, call: Callable[[list[Any]], Any], inputs: list[Any]) -> None:
         """One unguarded call under the autograd profiler (it does not import dynamo, which would re-wrap torch
@@ -518,8 +557,36 @@ class Child:
             return  # the profiler recorded no GPU activity at all: no evidence either way
         custom = sum(t for k, t in kernels.items() if not any(p in k for p in LIBRARY_KERNEL_MARKERS))
         self.report.custom_kernel_time_share = custom / total
+        self.report.custom_kernel_time_method = "profiler"
         if custom == 0 and not self.job.allow_torch_compute:
             self.add("no_custom_kernel", "the profiler saw no custom GPU kernel in ModelNew.forward")
+
+    def launcher_share(
+        self, call: Callable[[list[Any]], Any], inputs: list[Any], set_hook: Callable[[Any], None]
+    ) -> None:
+        """Where the profiler sees no GPU activity (CUPTI gives no kernel records on some hosts), the share of the
+        call's GPU time between the launcher's events around each custom launch: one more unguarded call."""
+        if self.job.device != "cuda":
+            return
+        timer = LaunchTimer()
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+        _gpu_sleep(PREFILL_CYCLES)  # type: ignore[no-untyped-call]
+        set_hook(timer)
+        try:
+            _event_record(start)
+            call(inputs)
+            _cuda_sync()
+            _event_record(end)
+            _cuda_sync()
+        finally:
+            set_hook(None)
+        whole = _event_elapsed(start, end)
+        custom = sum(_event_elapsed(a, b) for a, b in timer.pairs)
+        if whole > 0:
+            self.report.custom_kernel_time_share = min(1.0, custom / whole)
+            self.report.custom_kernel_time_method = "launcher_events"
 
 
 def aliases(outputs: list[Any], inputs: list[Any]) -> bool:
@@ -535,11 +602,11 @@ def _simple_globals(module: Any) -> dict[str, str]:
     }
 
 
-def _launch_counter() -> Callable[[], int]:
-    """``cuda_agent.kernels.launch_count``, captured before the candidate loads."""
-    from cuda_agent.kernels import launch_count
+def _kernels_api() -> tuple[Callable[[], int], Callable[[Any], None]]:
+    """``cuda_agent.kernels``' launch counter and launch hook setter, captured before the candidate loads."""
+    from cuda_agent.kernels import launch_count, set_launch_hook
 
-    return launch_count
+    return launch_count, set_launch_hook
 
 
 def _python_roots() -> list[str]:
@@ -556,12 +623,30 @@ def _candidate_frame(exc: BaseException, filename: str) -> str:
     return f" ({filename} line {frames[-1].lineno})" if frames else ""
 
 
+def warm_up() -> None:
+    """What a warm child does before its job exists: the imports every evaluation would otherwise wait for.
+    Entering the guard modes the first time imports torch._dynamo; load_inline candidates import cpp_extension."""
+    with guards.ComputeGuard(enabled=True).active():
+        torch.empty(0)
+    importlib.import_module("torch.utils.cpp_extension")
+
+
 def main(argv: list[str]) -> int:
     job_path = argv[1]
     workdir = os.path.dirname(os.path.abspath(job_path))
+    phases = {"imported": _time()}
+    if "--wait" in argv[2:]:
+        warm_up()
+        phases["ready"] = _time()
+        if not sys.stdin.buffer.readline():
+            return 0  # never given a job: the worker let this warm child go
+        phases["go"] = _time()
     with _open(job_path) as f:
         job = ChildJob.model_validate_json(f.read())
+    # Set before any candidate code runs: where its compiled artifact is (kernels dir, torch extensions).
+    os.environ.update(job.env)
     child = Child(job, workdir)
+    child.report.phases.update(phases)
     try:
         if job.role == "reference":
             child.run_reference()
@@ -571,8 +656,13 @@ def main(argv: list[str]) -> int:
             child.run_candidate()
     except Stop:
         pass
+    child.phase_done("writing")
     child.write()
-    return 0
+    # Skip interpreter teardown (seconds with torch loaded; the candidate's atexit hooks would run in it):
+    # everything the parent needs is on disk.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """``evaluate(EvalRequest) -> EvalResult``: the verdict and reward of one candidate.
 
-Layout of one evaluation (a fresh temporary directory):
-    ref/   problem.py, job.json -> result.json, outputs.pt     (reference child; the candidate never sees it)
-    cand/  problem.py, model_new.py, kernels/, job.json -> result.json, outputs.pt   (candidate child)
+One evaluation uses two child processes, each with its own temporary directory (``children.py``):
+    reference:  problem.py, job.json -> result.json, outputs.pt     (the candidate never sees it)
+    candidate:  problem.py, model_new.py, kernels/, artifact/, job.json -> result.json, outputs.pt
 Each child is ``python -P -m cuda_agent.eval.child job.json`` in its own bubblewrap sandbox with only its own
-directory writable and nothing of the other mounted. The parent validates both reports, compares the outputs
-itself and decides. Three kinds of outcome: a verdict on the candidate (reward -1..3), a fault of the problem or
-of the infrastructure (status sandbox_error, reward None).
+directory writable and nothing of the other mounted, usually started warm ahead of the evaluation. The parent
+validates both reports, compares the outputs itself and decides. Three kinds of outcome: a verdict on the
+candidate (reward -1..3), a fault of the problem or of the infrastructure (status sandbox_error, reward None).
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import shutil
 import socket
 import statistics
-import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,8 +29,8 @@ from cuda_agent.contracts.compile import CandidateForm
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, Finding, Fingerprint, TimingStats
 from cuda_agent.eval import compare
 from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key
+from cuda_agent.eval.children import EXTENSIONS_SUBDIR, POOL, ChildKey, ChildSlot, run_job
 from cuda_agent.eval.protocol import (
-    JOB_FILE,
     OUTPUTS_FILE,
     PROBLEM_FILE,
     REFERENCE_DONE_FILE,
@@ -47,15 +44,16 @@ from cuda_agent.eval.reward import continuous_speedup, reward_for
 from cuda_agent.eval.static_scan import scan_candidate
 from cuda_agent.gpu import gpu_by_index, gpu_health, select_gpu
 from cuda_agent.problem import problem_hash
+from cuda_agent.sandbox import SandboxResult
 from cuda_agent.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"  # 2: timed interval starts when the GPU reaches the call, not the host
 FIXED_SEEDS = (1234, 2345, 3456, 4567, 5678, 6789, 7890, 8901, 9012)
 PLAUSIBLE_SPEEDUP = 10.0  # beyond this a speedup is re-timed in a fresh process before it counts
 SPOT_CHECKS = 2
-CPU_ADDRESS_SPACE = 16 * 1024**3
+COMPARE_THREADS = 4
 CANDIDATE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 _CHILD_STATUS = {
     "runtime_error": EvalStatus.RUNTIME_ERROR,
@@ -85,8 +83,14 @@ class ChildRun:
 
 def evaluate(req: EvalRequest, settings: Settings | None = None) -> EvalResult:
     """Judge one candidate. Never raises for bad problems, hostile candidates or broken infrastructure."""
+    import torch
+
     started = time.perf_counter()
     evaluation = _Evaluation(req, settings or get_settings())
+    # The parent's tensor work (comparing outputs) is small; a full-width thread pool only fights the children
+    # and the warm children's imports for the cores, which slowed comparisons tenfold on the GPU host.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(min(threads, COMPARE_THREADS))
     try:
         result = evaluation.run()
     except Abort as stop:
@@ -96,6 +100,7 @@ def evaluate(req: EvalRequest, settings: Settings | None = None) -> EvalResult:
         result = evaluation.result(EvalStatus.SANDBOX_ERROR, f"evaluation harness failed: {type(exc).__name__}: {exc}")
     finally:
         evaluation.cleanup()
+        torch.set_num_threads(threads)
     result.duration_s = time.perf_counter() - started
     if result.fingerprint is None:
         result.fingerprint = evaluation.fingerprint()
@@ -122,10 +127,11 @@ class _Evaluation:
         self.gpu_index: int | None = None
         self.clocks: list[int | None] = [None, None]
         self.notes: list[str] = []
-        self.root: Path | None = None
-        self.binds: list[tuple[Path, Path]] = []  # (host, sandbox) read-write binds of the compiled artifact
+        self.slots: list[ChildSlot] = []
         self.timeout = req.timeout_s or settings.eval_timeout_s
         self.problem_hash = problem_hash(req.problem_source)
+        self.started = time.time()
+        self.timeline: dict[str, float] = {}  # event -> seconds since the evaluation started (diagnostics)
 
     # --- results ------------------------------------------------------------------------------------------
     def result(self, status: EvalStatus, message: str, **fields: object) -> EvalResult:
@@ -143,6 +149,7 @@ class _Evaluation:
             fault=fault,
             notes=self.notes,
             fingerprint=self.fingerprint(),
+            timeline_s={k: round(v, 4) for k, v in sorted(self.timeline.items(), key=lambda kv: kv[1])},
             **fields,
         )
 
@@ -165,8 +172,31 @@ class _Evaluation:
         )
 
     def cleanup(self) -> None:
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
+        for slot in self.slots:
+            slot.discard()
+
+    def mark(self, event: str, at: float | None = None) -> None:
+        self.timeline[event] = (at if at is not None else time.time()) - self.started
+
+    # --- children -----------------------------------------------------------------------------------------
+    def child_key(self) -> ChildKey:
+        # Children are interchangeable across requests: the CPU-time backstop comes from the worker's setting
+        # unless a request asks for longer; the wall clock, given per job, is the real bound.
+        timeout = max(self.timeout, self.settings.eval_timeout_s)
+        return ChildKey(
+            device=self.req.device.value,
+            gpu_index=self.gpu_index,
+            cpu_time_s=int(timeout * 4) + 60,
+            omp_threads=os.environ.get("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1))),
+        )
+
+    def take_child(self) -> ChildSlot:
+        slot = POOL.take(self.child_key())
+        self.slots.append(slot)
+        return slot
+
+    def refill(self) -> None:
+        POOL.refill(self.child_key(), self.settings.eval_warm_children)
 
     # --- main flow ----------------------------------------------------------------------------------------
     def run(self) -> EvalResult:
@@ -175,11 +205,14 @@ class _Evaluation:
         self.check_candidate_files()
         if self.cuda:
             self.pick_gpu()
-        self.root = Path(tempfile.mkdtemp(prefix="cuda-agent-eval-"))
-        ref_dir, cand_dir = self.root / "ref", self.root / "cand"
-        env = self.prepare_candidate(cand_dir)
-        ref_dir.mkdir()
-        (ref_dir / PROBLEM_FILE).write_text(req.problem_source)
+        ref_slot, cand_slot = self.take_child(), self.take_child()
+        if self.cuda:
+            # The next evaluation's children start up (CPU work) while this one uses the GPU. On CPU the host
+            # clock times the candidate, so they start only once this evaluation's children are done.
+            self.refill()
+        self.mark("children_taken")
+        env = self.prepare_candidate(cand_slot.workdir)
+        (ref_slot.workdir / PROBLEM_FILE).write_text(req.problem_source)
 
         secret = int.from_bytes(os.urandom(4), "little")
         seeds = [*FIXED_SEEDS[: req.correctness_trials], secret]
@@ -207,33 +240,36 @@ class _Evaluation:
             baselines=baselines,
             memory_fraction=self.settings.eval_gpu_memory_fraction,
         )
-        cand_job = self.candidate_job(seeds, plan)
+        cand_job = self.candidate_job(seeds, plan, env)
 
         if self.cuda:
             health = gpu_health(self.gpu_index or 0)
             self.clocks[0] = health.sm_clock_mhz
             self.notes += [f"GPU health before timing: {p}" for p in health.problems]
         if baselines:  # baseline timing needs the GPU alone: reference first, then the candidate
-            ref = self.run_child(ref_dir, ref_job, {})
-            cand = self.run_child(cand_dir, cand_job, env)
+            ref = self.run_child(ref_slot, ref_job)
+            cand = self.run_child(cand_slot, cand_job)
         else:  # only outputs on the reference side: both run at once, the candidate times once the reference is done
             cand_job.start_timing_after = REFERENCE_DONE_FILE
 
             def reference() -> ChildRun:
                 try:
-                    return self.run_child(ref_dir, ref_job, {})
+                    return self.run_child(ref_slot, ref_job)
                 finally:
-                    (cand_dir / REFERENCE_DONE_FILE).touch()
+                    (cand_slot.workdir / REFERENCE_DONE_FILE).touch()
 
-            with ThreadPoolExecutor(2) as pool:
+            with ThreadPoolExecutor(1) as pool:
                 ref_future = pool.submit(reference)
-                cand = self.run_child(cand_dir, cand_job, env)
+                cand = self.run_child(cand_slot, cand_job)
                 ref = ref_future.result()
+        self.mark("children_done")
         if self.cuda:
             self.clocks[1] = gpu_health(self.gpu_index or 0).sm_clock_mhz
+        else:
+            self.refill()
 
         entry = cached or self.store_baselines(cache, key, ref)
-        return self.verdict(static, ref, cand, entry, cand_dir, env)
+        return self.verdict(static, ref, cand, entry, env)
 
     def check_candidate_files(self) -> None:
         files = self.req.candidate.files
@@ -261,7 +297,6 @@ class _Evaluation:
 
     def prepare_candidate(self, cand_dir: Path) -> dict[str, str]:
         """Write the candidate's files and materialize its compiled artifact; the env vars its child needs."""
-        cand_dir.mkdir(parents=True)
         (cand_dir / PROBLEM_FILE).write_text(self.req.problem_source)
         for name, text in self.req.candidate.files.items():
             target = cand_dir / name
@@ -283,7 +318,9 @@ class _Evaluation:
         except Exception as exc:
             message = f"artifact {self.req.artifact_key} unavailable: {exc}"
             raise Abort(self.result(EvalStatus.SANDBOX_ERROR, message)) from None
-        self.binds = list(runtime.extra_binds)
+        # Every child binds its own artifact/torch_extensions where extensions were built (children.py).
+        if any(src != cand_dir / EXTENSIONS_SUBDIR for src, _ in runtime.extra_binds):
+            raise Abort(self.result(EvalStatus.SANDBOX_ERROR, f"unexpected artifact layout: {runtime.extra_binds}"))
         return dict(runtime.env)
 
     # --- baselines ----------------------------------------------------------------------------------------
@@ -316,64 +353,27 @@ class _Evaluation:
             cache.put(key, entry)
         return entry
 
-    # --- children -----------------------------------------------------------------------------------------
-    def run_child(
-        self,
-        workdir: Path,
-        job: ChildJob,
-        extra_env: dict[str, str],
-        argv_prefix: list[str] | None = None,
-        readonly: list[str] | None = None,
-    ) -> ChildRun:
-        from cuda_agent.sandbox import SandboxLimits, SandboxSpec, run_sandboxed
-
-        workdir.mkdir(exist_ok=True)
-        (workdir / JOB_FILE).write_text(job.model_dump_json())
-        # The sandbox supplies PATH, PYTHONPATH (the cuda_agent package, read-only) and a private /tmp.
-        env = {
-            "HOME": str(workdir),
-            "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda"),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "CUDA_VISIBLE_DEVICES": str(self.gpu_index) if self.cuda else "",
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1))),
-            **extra_env,
-        }
-        spec = SandboxSpec(
-            argv=[*(argv_prefix or []), sys.executable, "-P", "-m", "cuda_agent.eval.child", str(workdir / JOB_FILE)],
-            cwd=workdir,
-            writable_paths=[workdir],
-            readonly_paths=[Path(p) for p in readonly or []],
-            extra_binds=self.binds if job.role != "reference" else [],
-            env=env,
-            gpu=self.cuda,
-            network=False,
-            limits=SandboxLimits(
-                wall_time_s=self.timeout,
-                cpu_time_s=int(self.timeout * 4) + 60,
-                address_space_bytes=None if self.cuda else CPU_ADDRESS_SPACE,
-                max_processes=1024,
-                max_file_bytes=8 * 1024**3,
-                max_output_bytes=256 * 1024,
-            ),
-        )
-        outcome = run_sandboxed(spec)
-        run = self.read_child(workdir, job, outcome)
-        run.stdout = str(outcome.stdout or "")
+    def run_child(self, slot: ChildSlot, job: ChildJob) -> ChildRun:
+        outcome = run_job(slot, job.model_dump_json(), self.timeout)
+        run = self.read_child(slot.workdir, job, outcome)
+        run.stdout = outcome.stdout
+        if run.report is not None:
+            for phase, at in run.report.phases.items():
+                self.mark(f"{job.role}.{phase}", at)
         return run
 
-    def read_child(self, workdir: Path, job: ChildJob, outcome: object) -> ChildRun:
-        sandbox_error = getattr(outcome, "sandbox_error", None)
-        stderr = str(getattr(outcome, "stderr", "") or "")
+    def read_child(self, workdir: Path, job: ChildJob, outcome: SandboxResult) -> ChildRun:
+        sandbox_error = outcome.sandbox_error
+        stderr = outcome.stderr
         tail = " | ".join(stderr.strip().splitlines()[-3:])[-600:]
         reference = job.role == "reference"
         if sandbox_error:
             return ChildRun(None, status=EvalStatus.SANDBOX_ERROR, message=f"sandbox failed: {sandbox_error}")
-        if getattr(outcome, "timed_out", False):
+        if outcome.timed_out:
             who = "reference Model" if reference else "candidate"
             return ChildRun(None, status=EvalStatus.TIMEOUT, message=f"{who} exceeded the {self.timeout:.0f} s limit")
         result_path = workdir / RESULT_FILE
-        exit_code = getattr(outcome, "exit_code", None)
-        signal = getattr(outcome, "signal", None)
+        exit_code, signal = outcome.exit_code, outcome.signal
         if not result_path.exists():
             if not reference and any(m in stderr.lower() for m in STICKY_CUDA_ERRORS):
                 return ChildRun(
@@ -413,7 +413,6 @@ class _Evaluation:
         ref: ChildRun,
         cand: ChildRun,
         entry: BaselineEntry | None,
-        cand_dir: Path,
         env: dict[str, str],
     ) -> EvalResult:
         req = self.req
@@ -491,14 +490,14 @@ class _Evaluation:
                 self.result(EvalStatus.HACK_DETECTED, "reward hacking detected: timed_output_mismatch", **common)
             )
 
-        return self.score(report, entry, comparison, cand_dir, env, common)
+        self.mark("verdict")
+        return self.score(report, entry, comparison, env, common)
 
     def score(
         self,
         report: ChildReport,
         entry: BaselineEntry | None,
         comparison: compare.Comparison,
-        cand_dir: Path,
         env: dict[str, str],
         common: dict[str, object],
     ) -> EvalResult:
@@ -516,7 +515,7 @@ class _Evaluation:
 
         vs_eager, vs_compile = speedup(eager), speedup(compiled)
         if cand_stats and max(vs_eager or 0.0, vs_compile or 0.0) > PLAUSIBLE_SPEEDUP:
-            cand_stats = self.reverify(cand_stats, cand_dir, env, common)
+            cand_stats = self.reverify(cand_stats, common)
             vs_eager, vs_compile = speedup(eager), speedup(compiled)
         reward = reward_for(True, vs_eager, vs_compile, self.settings.reward_speedup_threshold)
         speeds = ", ".join(f"{n} {s:.2f}x" for n, s in (("vs eager", vs_eager), ("vs compile", vs_compile)) if s)
@@ -531,14 +530,13 @@ class _Evaluation:
             eager_timing=eager,
             compile_timing=compiled,
             custom_kernel_time_share=report.custom_kernel_time_share,
+            custom_kernel_time_method=report.custom_kernel_time_method,
             max_abs_error=comparison.max_abs_error,
             trials_passed=comparison.passed,
             **common,
         )
 
-    def reverify(
-        self, first: TimingStats, cand_dir: Path, env: dict[str, str], common: dict[str, object]
-    ) -> TimingStats:
+    def reverify(self, first: TimingStats, common: dict[str, object]) -> TimingStats:
         """Re-time an implausible speedup in a fresh process on fresh inputs; it counts only if the host clock
         there agrees with the first measurement. The slower of the two medians is kept."""
 
@@ -563,10 +561,9 @@ class _Evaluation:
             trials=self.req.timing_trials,
             budget_s=max(5.0, self.timeout / 4),
         )
-        for name in (RESULT_FILE, OUTPUTS_FILE, JOB_FILE):
-            (cand_dir / name).unlink(missing_ok=True)
-        job = self.candidate_job([rng % 65_521], plan)
-        again = self.run_child(cand_dir, job, env)
+        slot = self.take_child()
+        env = self.prepare_candidate(slot.workdir)
+        again = self.run_child(slot, self.candidate_job([rng % 65_521], plan, env))
         report = again.report
         second = report.timings.get("candidate") if report and report.status == "ok" else None
         if second is None or not second.host_samples_ms or again.findings or (report and report.findings):
@@ -579,7 +576,7 @@ class _Evaluation:
         second_stats = stats(second.samples_ms)
         return second_stats if second_stats.median_ms > first.median_ms else first
 
-    def candidate_job(self, seeds: list[int], plan: TimingPlan) -> ChildJob:
+    def candidate_job(self, seeds: list[int], plan: TimingPlan, env: dict[str, str]) -> ChildJob:
         return ChildJob(
             role="candidate",
             device=self.req.device.value,
@@ -588,4 +585,5 @@ class _Evaluation:
             project_form=self.req.candidate.form is CandidateForm.PROJECT,
             allow_torch_compute=self.req.allow_torch_compute,
             memory_fraction=self.settings.eval_gpu_memory_fraction,
+            env=env,
         )

@@ -11,7 +11,6 @@ import csv
 import io
 import os
 import shutil
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -161,6 +160,7 @@ def report_text(profiles: list[KernelProfile], items: list[str]) -> str:
 
 def profile_candidate(req: ProfileRequest, settings: Settings | None = None) -> ProfileResult:
     """Profile the candidate's kernels with Nsight Compute; ok=False with a message when that is impossible."""
+    from cuda_agent.eval.children import new_slot
     from cuda_agent.eval.evaluate import Abort, _Evaluation
     from cuda_agent.eval.protocol import ChildJob
 
@@ -179,11 +179,7 @@ def profile_candidate(req: ProfileRequest, settings: Settings | None = None) -> 
     try:
         evaluation.check_candidate_files()
         evaluation.pick_gpu()
-        evaluation.root = Path(tempfile.mkdtemp(prefix="cuda-agent-profile-"))
-        workdir = evaluation.root / "cand"
-        env = evaluation.prepare_candidate(workdir)
-        job = ChildJob(role="profile", device="cuda", seeds=[42], memory_fraction=settings.eval_gpu_memory_fraction)
-        argv_prefix = [
+        argv_prefix = (
             ncu,
             "--clock-control",
             "none",
@@ -194,11 +190,18 @@ def profile_candidate(req: ProfileRequest, settings: Settings | None = None) -> 
             "--metrics",
             ",".join(METRICS),
             "--csv",
-        ]
+        )
         # The ncu in a CUDA toolkit's bin/ is a launcher that looks for Nsight Compute beside the toolkit or under
         # /opt/nvidia (where the H200 image keeps it), so both must be visible in the sandbox.
-        tool_dirs = [str(Path(ncu).resolve().parent.parent), *(d for d in ("/opt/nvidia",) if Path(d).is_dir())]
-        run = evaluation.run_child(workdir, job, env, argv_prefix=argv_prefix, readonly=tool_dirs)
+        tool_dirs = (str(Path(ncu).resolve().parent.parent), *(d for d in ("/opt/nvidia",) if Path(d).is_dir()))
+        # Started cold, under ncu: a process of its own, after its files are in place.
+        slot = new_slot(evaluation.child_key(), argv_prefix=argv_prefix, readonly=tool_dirs)
+        evaluation.slots.append(slot)
+        env = evaluation.prepare_candidate(slot.workdir)
+        job = ChildJob(
+            role="profile", device="cuda", seeds=[42], memory_fraction=settings.eval_gpu_memory_fraction, env=env
+        )
+        run = evaluation.run_child(slot, job)
     except Abort as stop:
         return ProfileResult(ok=False, message=stop.result.message)
     finally:

@@ -51,6 +51,7 @@ class ChildJob(BaseModel):
     memory_fraction: float = 0.9
     protected_files: list[str] = Field(default_factory=list)
     start_timing_after: str | None = Field(None, description="File in the workdir whose existence starts timing.")
+    env: dict[str, str] = Field(default_factory=dict, description="Set before the candidate loads (artifact paths).")
 
 
 class ChildTimings(BaseModel):
@@ -67,7 +68,9 @@ class ChildReport(BaseModel):
     role: Role
     status: ChildStatus
     message: str = ""
-    phases: list[str] = Field(default_factory=list, description="Phases completed, in order.")
+    phases: dict[str, float] = Field(
+        default_factory=dict, description="Phase -> Unix time it ended; diagnostics only, never a verdict input."
+    )
     findings: list[tuple[str, str]] = Field(default_factory=list)
     input_signature: list[str] = Field(default_factory=list)
     output_aliases_input: bool = False
@@ -77,6 +80,7 @@ class ChildReport(BaseModel):
     launch_count: int | None = None
     kernels: dict[str, float] = Field(default_factory=dict, description="GPU kernel name -> time (us) in one call.")
     custom_kernel_time_share: float | None = None
+    custom_kernel_time_method: Literal["profiler", "launcher_events"] | None = None
     torch_version: str = ""
     cuda_version: str | None = None
     gpu_name: str | None = None

@@ -13,17 +13,27 @@ import ctypes
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cuda_agent.kernels.types import LIBRARY_NAME, MANIFEST_NAME, MANIFEST_VERSION, SCALAR_CTYPES
 
-__all__ = ["KernelFunction", "KernelLibrary", "KernelsError", "launch_count", "load_kernels", "reset_launch_count"]
+__all__ = [
+    "KernelFunction",
+    "KernelLibrary",
+    "KernelsError",
+    "launch_count",
+    "load_kernels",
+    "reset_launch_count",
+    "set_launch_hook",
+]
 
 ENV_DIR = "CUDA_AGENT_KERNELS_DIR"
 
 _lock = threading.Lock()
 _launches = 0
+_launch_hook: Callable[[bool, int | None], None] | None = None
 _loaded: dict[str, KernelLibrary] = {}
 
 
@@ -40,6 +50,13 @@ def reset_launch_count() -> None:
     global _launches
     with _lock:
         _launches = 0
+
+
+def set_launch_hook(hook: Callable[[bool, int | None], None] | None) -> None:
+    """Have ``hook(before, stream)`` called right before (True) and after (False) every launcher call, with the
+    raw CUDA stream it launches on (None: the default stream). The evaluation harness times launches with it."""
+    global _launch_hook
+    _launch_hook = hook
 
 
 def _count_launch() -> None:
@@ -94,6 +111,10 @@ class KernelFunction:
         if self._takes_stream:
             converted[-1] = self._stream(converted[-1], cuda_device, torch)
         _count_launch()
+        hook = _launch_hook if cuda_device is not None else None
+        stream = converted[-1] if self._takes_stream else None
+        if hook is not None:
+            hook(True, stream)
         if (
             cuda_device is not None
             and cuda_device.index is not None
@@ -103,6 +124,8 @@ class KernelFunction:
                 result = self._fn(*converted)
         else:
             result = self._fn(*converted)
+        if hook is not None:
+            hook(False, stream)
         if self.returns == "cudaError_t" and result:
             raise KernelsError(f"{self.name} returned cudaError_t {result}")
         return result

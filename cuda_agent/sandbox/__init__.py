@@ -2,10 +2,20 @@
 
 from cuda_agent.sandbox.bwrap import (
     SandboxLimits,
+    SandboxProcess,
     SandboxResult,
     SandboxSpec,
     run_sandboxed,
     sandbox_available,
+    start_sandboxed,
 )
 
-__all__ = ["SandboxLimits", "SandboxResult", "SandboxSpec", "run_sandboxed", "sandbox_available"]
+__all__ = [
+    "SandboxLimits",
+    "SandboxProcess",
+    "SandboxResult",
+    "SandboxSpec",
+    "run_sandboxed",
+    "sandbox_available",
+    "start_sandboxed",
+]

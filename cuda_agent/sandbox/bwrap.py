@@ -234,6 +234,18 @@ def _failure(message: str, started: float) -> SandboxResult:
 
 def run_sandboxed(spec: SandboxSpec) -> SandboxResult:
     """Run ``spec.argv`` in a fresh sandbox and wait for it (or the wall clock)."""
+    started = start_sandboxed(spec)
+    if isinstance(started, SandboxResult):
+        return started
+    if spec.stdin is None:
+        started.send(b"")  # end of input at once, as from /dev/null
+    return started.wait(spec.limits.wall_time_s)
+
+
+def start_sandboxed(spec: SandboxSpec) -> SandboxProcess | SandboxResult:
+    """Start ``spec.argv`` in a fresh sandbox without waiting: a running process, or the failure that kept it from
+    starting. Its standard input stays open for ``send`` unless ``spec.stdin`` gave it already; the wall clock runs
+    from ``wait``, so a process can be started ahead of the work it will be sent (a warm evaluation child)."""
     started = time.monotonic()
     bwrap = shutil.which("bwrap")
     if bwrap is None:
@@ -305,30 +317,12 @@ def run_sandboxed(spec: SandboxSpec) -> SandboxResult:
     if cgroup is not None:
         # Join the cgroup before bwrap starts, so no process of the run is ever outside it.
         args = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.procs_file), *args]
-    try:
-        return _run(spec, args, env, marker_r, marker_w, cgroup, started)
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(marker_r)
-        if cgroup is not None:
-            cgroup.destroy()
-
-
-def _run(
-    spec: SandboxSpec,
-    args: list[str],
-    env: dict[str, str],
-    marker_r: int,
-    marker_w: int,
-    cgroup: PidsCgroup | None,
-    started: float,
-) -> SandboxResult:
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
         proc = subprocess.Popen(
             args,
-            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=out_w,
             stderr=err_w,
             env=env,
@@ -336,47 +330,99 @@ def _run(
             start_new_session=True,  # its own process group, so the timeout can kill it whole
         )
     except OSError as exc:
-        for fd in (out_r, out_w, err_r, err_w, marker_w):
+        for fd in (out_r, out_w, err_r, err_w, marker_r, marker_w):
             os.close(fd)
+        if cgroup is not None:
+            cgroup.destroy()
         return _failure(f"could not start bwrap: {exc}", started)
     for fd in (out_w, err_w, marker_w):
         os.close(fd)
-    drains = [_Drain(out_r, spec.limits.max_output_bytes), _Drain(err_r, spec.limits.max_output_bytes)]
+    drains = (_Drain(out_r, spec.limits.max_output_bytes), _Drain(err_r, spec.limits.max_output_bytes))
     for d in drains:
         d.start()
-    if spec.stdin is not None and proc.stdin is not None:
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(spec.stdin)
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.close()
+    process = SandboxProcess(proc, drains, marker_r, cgroup, started)
+    if spec.stdin is not None:
+        process.send(spec.stdin)
+    return process
 
-    timed_out = False
-    try:
-        proc.wait(timeout=spec.limits.wall_time_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+
+class SandboxProcess:
+    """A started sandbox. ``send`` writes its standard input once and closes it; ``wait`` (called once, from
+    any thread) bounds it by the wall clock and collects the result; ``kill`` ends it early.
+
+    bwrap's --die-with-parent is tied to the *thread* that started it: start sandboxes from a thread that
+    outlives them (``alive`` tells when that did not hold)."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        drains: tuple[_Drain, _Drain],
+        marker_r: int,
+        cgroup: PidsCgroup | None,
+        started: float,
+    ) -> None:
+        self.proc, self.drains, self.marker_r, self.cgroup, self.started = proc, drains, marker_r, cgroup, started
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, data: bytes) -> bool:
+        """Write ``data`` and close standard input; False if the process no longer reads it."""
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return False
+        try:
+            stdin.write(data)
+            stdin.close()
+        except (BrokenPipeError, ValueError):
+            with contextlib.suppress(BrokenPipeError):
+                stdin.close()
+            return False
+        return True
+
+    def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        if cgroup is not None:
-            cgroup.kill_all()
-        proc.wait()
-    for d in drains:
-        d.join(timeout=10)  # EOF comes once the namespace is gone; bounded in case something odd holds the pipe
-    duration = time.monotonic() - started
-    stdout, stderr = drains[0].text(), drains[1].text()
-    exit_code, sig = _decode_status(proc.returncode)
-    sandbox_error = None
-    if not timed_out and not _read_marker(marker_r):
-        sandbox_error = "sandbox setup failed: " + (stderr.strip().splitlines() or ["(no message)"])[-1]
-    return SandboxResult(
-        exit_code=None if timed_out else exit_code,
-        signal=signal.SIGKILL.value if timed_out else sig,
-        stdout=stdout,
-        stderr=stderr,
-        timed_out=timed_out,
-        duration_s=duration,
-        sandbox_error=sandbox_error,
-    )
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+
+    def wait(self, wall_time_s: float) -> SandboxResult:
+        timed_out = False
+        try:
+            self.proc.wait(timeout=wall_time_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self.kill()
+            self.proc.wait()
+        try:
+            return self._collect(timed_out)
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.marker_r)
+            if self.proc.stdin is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    self.proc.stdin.close()
+            if self.cgroup is not None:
+                self.cgroup.destroy()
+
+    def _collect(self, timed_out: bool) -> SandboxResult:
+        for d in self.drains:
+            d.join(timeout=10)  # EOF comes once the namespace is gone; bounded in case something odd holds the pipe
+        stdout, stderr = self.drains[0].text(), self.drains[1].text()
+        exit_code, sig = _decode_status(self.proc.returncode)
+        sandbox_error = None
+        if not timed_out and not _read_marker(self.marker_r):
+            sandbox_error = "sandbox setup failed: " + (stderr.strip().splitlines() or ["(no message)"])[-1]
+        return SandboxResult(
+            exit_code=None if timed_out else exit_code,
+            signal=signal.SIGKILL.value if timed_out else sig,
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - self.started,
+            sandbox_error=sandbox_error,
+        )
 
 
 def _read_marker(fd: int) -> bool:

@@ -46,5 +46,11 @@ def run(candidate: str, problem: str = TRANSPOSE, **fields: Any) -> EvalResult:
     return evaluate(EvalRequest(problem_source=problem, candidate=source, **options))
 
 
+def edit(text: str, old: str, new: str) -> str:
+    """``text.replace(old, new)`` that fails when ``old`` is absent, so a test never runs on an unedited copy."""
+    assert old in text, f"test fixture out of date: {old!r} not found"
+    return text.replace(old, new)
+
+
 def codes(result: EvalResult) -> set[str]:
     return {f.code for f in result.findings}

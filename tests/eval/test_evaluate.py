@@ -6,7 +6,7 @@ import pytest
 
 from cuda_agent.contracts.common import EvalStatus, TolerancePreset
 from cuda_agent.eval.evaluate import HARNESS_VERSION
-from tests.eval.helpers import RELU_ADD, TRANSPOSE, TRANSPOSE_NEW, module_new, run
+from tests.eval.helpers import RELU_ADD, TRANSPOSE, TRANSPOSE_NEW, edit, module_new, run
 
 pytestmark = pytest.mark.sandbox
 
@@ -43,7 +43,7 @@ def test_wrong_shape_and_dtype_are_incorrect() -> None:
 
 
 def test_problem_without_get_inputs_is_the_problems_fault() -> None:
-    problem = TRANSPOSE.replace("def get_inputs():", "def not_inputs():")
+    problem = edit(TRANSPOSE, "def get_inputs():", "def not_inputs():")
     result = run(TRANSPOSE_NEW, problem)
     assert result.status is EvalStatus.SANDBOX_ERROR and result.reward is None and result.fault == "problem"
     assert "missing get_inputs" in result.message
@@ -107,7 +107,7 @@ def test_cuda_request_on_a_host_without_gpu_is_an_infrastructure_fault() -> None
 @pytest.mark.slow
 def test_cpu_baselines_eager_and_compile_are_measured_and_cached() -> None:
     """relu_add with PyTorch compute allowed: timed against eager and torch.compile, the baselines cached."""
-    candidate = RELU_ADD.replace("class Model(", "class ModelNew(")
+    candidate = edit(RELU_ADD, "class Model(", "class ModelNew(")
     first = run(candidate, RELU_ADD, allow_torch_compute=True, measure_baselines=True, timing_trials=20)
     assert first.status is EvalStatus.CORRECT, first.message
     assert first.eager_timing is not None and first.speedup_vs_eager is not None

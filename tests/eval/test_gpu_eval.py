@@ -13,13 +13,13 @@ from cuda_agent.contracts.compile import CandidateForm, CandidateSource, Compile
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest
 from cuda_agent.eval import evaluate, profile_candidate
 from cuda_agent.eval.profile import find_ncu
-from tests.eval.helpers import EXAMPLES, RELU_ADD, codes
+from tests.eval.helpers import EXAMPLES, RELU_ADD, codes, edit
 
 pytestmark = [pytest.mark.gpu, pytest.mark.sandbox]
 
 CUDA_CANDIDATE = EXAMPLES / "candidates" / "relu_add_cuda"
 # Large enough that the fused kernel's saved memory traffic outweighs the Python launcher's overhead.
-RELU_ADD_LARGE = RELU_ADD.replace("batch = 64", "batch = 16384").replace("size = 1024", "size = 4096")
+RELU_ADD_LARGE = edit(edit(RELU_ADD, "batch = 64", "batch = 16384"), "size = 1024", "size = 4096")
 
 
 def project_files(root: Path) -> dict[str, str]:
@@ -53,8 +53,8 @@ def test_cuda_candidate_correct_and_faster_than_eager() -> None:
 
 def test_illegal_access_is_contained_and_the_next_evaluation_is_clean() -> None:
     files = project_files(CUDA_CANDIDATE)
-    files["kernels/relu_add.cu"] = files["kernels/relu_add.cu"].replace(
-        "out[i] = (v > 0.0f", "out[i + (1LL << 40)] = (v > 0.0f"
+    files["kernels/relu_add.cu"] = edit(
+        files["kernels/relu_add.cu"], "outr[c] = make_float4(", "outr[c + (1LL << 40)] = make_float4("
     )
     broken = run_cuda(files, measure_baselines=False)
     assert broken.status is EvalStatus.ILLEGAL_ACCESS, broken.message
@@ -69,7 +69,8 @@ def test_side_stream_work_cannot_escape_the_timer() -> None:
     output, when observed, is a hack finding)."""
     files = project_files(CUDA_CANDIDATE)
     honest = run_cuda(files, measure_baselines=False)
-    files["model_new.py"] = files["model_new.py"].replace(
+    files["model_new.py"] = edit(
+        files["model_new.py"],
         "self.kernels.relu_add(x, self.bias, out, x.numel(), self.bias.numel())",
         "torch.cuda.current_stream().synchronize()\n"
         "        self.side = getattr(self, 'side', None) or torch.cuda.Stream()\n"
@@ -89,7 +90,8 @@ def test_side_stream_work_cannot_escape_the_timer() -> None:
 
 def test_gpu_out_of_memory_is_a_runtime_error() -> None:
     files = project_files(CUDA_CANDIDATE)
-    files["model_new.py"] = files["model_new.py"].replace(
+    files["model_new.py"] = edit(
+        files["model_new.py"],
         "out = torch.empty_like(x)",
         "out = torch.empty_like(x)\n        torch.empty(1024**4, dtype=torch.uint8, device=x.device)",
     )
@@ -104,6 +106,6 @@ def test_profile_with_nsight_compute() -> None:
     result = profile_candidate(ProfileRequest(problem_source=RELU_ADD_LARGE, candidate=source, artifact_key=key))
     assert result.ok, result.message
     kernel = result.kernels[0]
-    assert kernel.kernel.startswith("relu_add_kernel")
+    assert kernel.kernel.startswith("relu_add_")
     assert kernel.duration_us and kernel.dram_throughput_pct is not None and kernel.achieved_occupancy_pct
     assert result.checklist and "checklist:" in result.report

@@ -16,8 +16,9 @@ from cuda_agent.contracts.common import EvalStatus
 from cuda_agent.contracts.eval import EvalRequest, TimingStats
 from cuda_agent.eval.evaluate import Abort, _Evaluation
 from cuda_agent.eval.protocol import RESULT_FILE, ChildJob
+from cuda_agent.sandbox import SandboxResult
 from cuda_agent.settings import get_settings
-from tests.eval.helpers import RELU_ADD, TRANSPOSE, TRANSPOSE_NEW, codes, module_new, run
+from tests.eval.helpers import RELU_ADD, TRANSPOSE, TRANSPOSE_NEW, codes, edit, module_new, run
 
 pytestmark = pytest.mark.sandbox
 
@@ -103,7 +104,7 @@ def test_output_caching_during_timing(device: str) -> None:
 
 
 def test_output_aliases_input(device: str) -> None:
-    problem = TRANSPOSE.replace("return x.t().contiguous()", "return x.clone()")
+    problem = edit(TRANSPOSE, "return x.t().contiguous()", "return x.clone()")
     assert_hack(run(module_new("return x"), problem, device=device), "output_aliases_input")
 
 
@@ -282,6 +283,7 @@ def _evaluation(tmp_path: Path, candidate: str) -> tuple[_Evaluation, Path, dict
     )
     evaluation = _Evaluation(req, get_settings())
     cand_dir = tmp_path / "cand"
+    cand_dir.mkdir()
     env = evaluation.prepare_candidate(cand_dir)
     return evaluation, cand_dir, env
 
@@ -291,11 +293,9 @@ def test_forged_report_is_rejected(tmp_path: Path) -> None:
     evaluation, cand_dir, _ = _evaluation(tmp_path, TRANSPOSE_NEW)
     (cand_dir / RESULT_FILE).write_text(json.dumps({"role": "candidate", "status": "ok", "speedup": 1000}))
 
-    class Exited:
-        exit_code, signal, timed_out, sandbox_error, stderr, stdout = 0, None, False, None, "", ""
-
+    exited = SandboxResult(exit_code=0, signal=None, stdout="", stderr="", timed_out=False, duration_s=1.0)
     job = ChildJob(role="candidate", device="cpu", seeds=[1])
-    run_ = evaluation.read_child(cand_dir, job, Exited())
+    run_ = evaluation.read_child(cand_dir, job, exited)
     assert run_.status is EvalStatus.HACK_DETECTED
     assert [f.code for f in run_.findings] == ["result_tampered"]
 
@@ -303,17 +303,18 @@ def test_forged_report_is_rejected(tmp_path: Path) -> None:
 def test_implausible_speedup_must_be_confirmed(tmp_path: Path) -> None:
     """A claimed time far below what an independent re-timing in a fresh process measures is rejected."""
     slow = module_new("import time\ntime.sleep(0.002)\n" + COPY + "\nreturn out")
-    evaluation, cand_dir, env = _evaluation(tmp_path, slow)
+    evaluation, _, _ = _evaluation(tmp_path, slow)
     claimed = TimingStats(median_ms=1e-4, mean_ms=1e-4, std_ms=0.0, min_ms=1e-4, max_ms=1e-4, trials=10)
     with pytest.raises(Abort) as stop:
-        evaluation.reverify(claimed, cand_dir, env, {"findings": [], "trials_run": 4})
+        evaluation.reverify(claimed, {"findings": [], "trials_run": 4})
+    evaluation.cleanup()
     assert stop.value.result.status is EvalStatus.HACK_DETECTED
     assert "timing_unconfirmed" in codes(stop.value.result)
 
 
 def test_degenerate_problem_rejected_not_punished() -> None:
     """A problem an all-zeros output passes cannot judge anyone: no reward, the problem is blamed."""
-    problem = TRANSPOSE.replace("return x.t().contiguous()", "return x.t().contiguous() * 1e-7")
+    problem = edit(TRANSPOSE, "return x.t().contiguous()", "return x.t().contiguous() * 1e-7")
     result = run(module_new("return torch.zeros(x.shape[1], x.shape[0])"), problem, allow_torch_compute=True)
     assert result.status is EvalStatus.SANDBOX_ERROR
     assert result.reward is None and result.fault == "problem"

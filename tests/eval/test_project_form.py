@@ -13,7 +13,7 @@ from cuda_agent.contracts.compile import CandidateForm, CandidateSource, Compile
 from cuda_agent.contracts.eval import EvalRequest, EvalResult
 from cuda_agent.eval import evaluate
 from cuda_agent.eval.static_scan import scan_candidate
-from tests.eval.helpers import EXAMPLES, RELU_ADD, codes
+from tests.eval.helpers import EXAMPLES, RELU_ADD, codes, edit
 
 pytestmark = pytest.mark.sandbox
 
@@ -43,8 +43,8 @@ def test_example_project_candidate_is_clean_and_correct() -> None:
 
 def test_project_candidate_that_never_launches_its_kernel() -> None:
     files = project_files(CPU_CANDIDATE)
-    files["model_new.py"] = files["model_new.py"].replace(
-        "self.kernels.relu_add(x, self.bias, out, x.numel(), self.bias.numel())", "out.zero_()"
+    files["model_new.py"] = edit(
+        files["model_new.py"], "self.kernels.relu_add(x, self.bias, out, x.numel(), self.bias.numel())", "out.zero_()"
     )
     result = build_and_run(files)
     assert result.status is EvalStatus.HACK_DETECTED
@@ -54,7 +54,8 @@ def test_project_candidate_that_never_launches_its_kernel() -> None:
 def test_project_candidate_launching_less_when_unguarded() -> None:
     """Kernel during the guarded correctness trials, PyTorch once timing starts."""
     files = project_files(CPU_CANDIDATE)
-    files["model_new.py"] = files["model_new.py"].replace(
+    files["model_new.py"] = edit(
+        files["model_new.py"],
         "        x = x.contiguous()\n",
         "        self.calls = getattr(self, 'calls', 0) + 1\n"
         "        if self.calls > 8:\n            return torch.relu(x) + self.bias\n"
