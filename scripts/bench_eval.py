@@ -57,7 +57,7 @@ def main() -> int:
         print(f"first evaluation not correct: {first.status} {first.message} {first.findings}")
         return 1
 
-    walls, medians, clocks = [], [], []
+    walls, medians, clocks, spreads = [], [], [], []
     for _ in range(args.repeats):
         started = time.perf_counter()
         result = evaluate(request)
@@ -65,6 +65,7 @@ def main() -> int:
         assert result.status is EvalStatus.CORRECT, result.message
         assert result.candidate_timing is not None and result.fingerprint is not None
         medians.append(result.candidate_timing.median_ms)
+        spreads.append(round(100 * result.candidate_timing.std_ms / result.candidate_timing.mean_ms, 2))
         clocks.append((result.fingerprint.sm_clock_start_mhz, result.fingerprint.sm_clock_end_mhz))
     timing = first.candidate_timing
     figures = {
@@ -77,6 +78,7 @@ def main() -> int:
         "cov_of_medians_pct": round(100 * statistics.pstdev(medians) / statistics.fmean(medians), 3),
         "goal_cov_pct": 1.0,
         "within_run_cov_pct": round(100 * timing.std_ms / timing.mean_ms, 3) if timing else None,
+        "within_run_cov_pct_runs": spreads,
         "speedup_vs_eager": first.speedup_vs_eager,
         "speedup_vs_compile": first.speedup_vs_compile,
         "reward": first.reward,

@@ -246,9 +246,11 @@ class _Evaluation:
             health = gpu_health(self.gpu_index or 0)
             self.clocks[0] = health.sm_clock_mhz
             self.notes += [f"GPU health before timing: {p}" for p in health.problems]
+        # Idle warm children are stopped while anything is timed: the host stays quiet for the timed calls.
         if baselines:  # baseline timing needs the GPU alone: reference first, then the candidate
-            ref = self.run_child(ref_slot, ref_job)
-            cand = self.run_child(cand_slot, cand_job)
+            with POOL.paused():
+                ref = self.run_child(ref_slot, ref_job)
+                cand = self.run_child(cand_slot, cand_job)
         else:  # only outputs on the reference side: both run at once, the candidate times once the reference is done
             cand_job.start_timing_after = REFERENCE_DONE_FILE
 
@@ -256,12 +258,16 @@ class _Evaluation:
                 try:
                     return self.run_child(ref_slot, ref_job)
                 finally:
+                    POOL.pause(True)
                     (cand_slot.workdir / REFERENCE_DONE_FILE).touch()
 
-            with ThreadPoolExecutor(1) as pool:
-                ref_future = pool.submit(reference)
-                cand = self.run_child(cand_slot, cand_job)
-                ref = ref_future.result()
+            try:
+                with ThreadPoolExecutor(1) as pool:
+                    ref_future = pool.submit(reference)
+                    cand = self.run_child(cand_slot, cand_job)
+                    ref = ref_future.result()
+            finally:
+                POOL.pause(False)
         self.mark("children_done")
         if self.cuda:
             self.clocks[1] = gpu_health(self.gpu_index or 0).sm_clock_mhz

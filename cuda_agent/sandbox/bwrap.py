@@ -347,8 +347,8 @@ def start_sandboxed(spec: SandboxSpec) -> SandboxProcess | SandboxResult:
 
 
 class SandboxProcess:
-    """A started sandbox. ``send`` writes its standard input once and closes it; ``wait`` (called once, from
-    any thread) bounds it by the wall clock and collects the result; ``kill`` ends it early.
+    """A started sandbox. ``send`` writes its standard input once and closes it; ``wait`` bounds it by the wall
+    clock and collects the result (later calls return the same); ``kill`` ends it early.
 
     bwrap's --die-with-parent is tied to the *thread* that started it: start sandboxes from a thread that
     outlives them (``alive`` tells when that did not hold)."""
@@ -362,6 +362,7 @@ class SandboxProcess:
         started: float,
     ) -> None:
         self.proc, self.drains, self.marker_r, self.cgroup, self.started = proc, drains, marker_r, cgroup, started
+        self._result: SandboxResult | None = None
 
     @property
     def alive(self) -> bool:
@@ -381,6 +382,14 @@ class SandboxProcess:
             return False
         return True
 
+    def pause(self, paused: bool) -> None:
+        """Stop (True) or continue (False) every process of the sandbox. bwrap gives the command a session of
+        its own, so the tree is found through /proc rather than the process group."""
+        sig = signal.SIGSTOP if paused else signal.SIGCONT
+        for pid in _descendants(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -388,6 +397,8 @@ class SandboxProcess:
             self.cgroup.kill_all()
 
     def wait(self, wall_time_s: float) -> SandboxResult:
+        if self._result is not None:
+            return self._result
         timed_out = False
         try:
             self.proc.wait(timeout=wall_time_s)
@@ -396,7 +407,8 @@ class SandboxProcess:
             self.kill()
             self.proc.wait()
         try:
-            return self._collect(timed_out)
+            self._result = self._collect(timed_out)
+            return self._result
         finally:
             with contextlib.suppress(OSError):
                 os.close(self.marker_r)
@@ -423,6 +435,28 @@ class SandboxProcess:
             duration_s=time.monotonic() - self.started,
             sandbox_error=sandbox_error,
         )
+
+
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it, parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # Fields after the command name, which is in parentheses and may contain anything.
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
 
 
 def _read_marker(fd: int) -> bool:

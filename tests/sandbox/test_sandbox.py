@@ -281,3 +281,37 @@ def test_gpu_visible_with_gpu_flag(scratch: Path) -> None:
     spec = _py(code, scratch, address_space_bytes=None, wall_time_s=120)
     r = run_sandboxed(spec.model_copy(update={"gpu": True}))
     assert r.stdout.strip() == "8.0", r.stderr
+
+
+def test_started_sandbox_pauses_resumes_and_takes_input_later(scratch: Path) -> None:
+    """start_sandboxed: the command runs before anything is sent; pause stops every process of the sandbox (a
+    grandchild too); send hands over standard input once; wait collects the exit."""
+    from cuda_agent.sandbox import SandboxProcess, start_sandboxed
+
+    ticks = scratch / "ticks"
+    (scratch / "tick.py").write_text(
+        f"import time\nwhile True:\n    open({str(ticks)!r}, 'a').write('x')\n    time.sleep(0.01)\n"
+    )
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, {str(scratch / 'tick.py')!r}])\n"
+        "print('got', sys.stdin.readline().strip(), flush=True)\n"
+    )
+    spec = _py(code, scratch, max_processes=64)
+    process = start_sandboxed(spec)
+    assert isinstance(process, SandboxProcess)
+    deadline = time.monotonic() + 30
+    while not ticks.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.pause(True)
+    time.sleep(0.2)  # a write in flight when the signal came lands now
+    size = ticks.stat().st_size
+    time.sleep(0.4)
+    assert ticks.stat().st_size == size, "a paused sandbox kept running"
+    process.pause(False)
+    time.sleep(0.4)
+    assert ticks.stat().st_size > size, "a resumed sandbox stayed stopped"
+    assert process.alive and process.send(b"go\n")
+    result = process.wait(30)
+    assert result.exit_code == 0 and result.stdout.strip() == "got go"
+    assert not _processes_with(str(ticks)), "the grandchild outlived its sandbox"
