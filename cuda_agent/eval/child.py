@@ -204,8 +204,12 @@ class Child:
         On the GPU the flush and a short busy-wait kernel are queued before the start event, so the GPU reaches
         the start event busy and the call's work starts as soon as its first kernel is queued: the interval
         measures the device, not how long the host took to reach the first launch (that latency varied by 10%
-        between processes on the H200 host). Host overhead beyond the busy-wait still counts. The end event is
-        recorded after a device-wide synchronize, so work on any stream is inside the interval."""
+        between processes on the H200 host). Host overhead beyond the busy-wait still counts.
+
+        Two end events: one on the current stream as the call returns, one after a device-wide synchronize. The
+        second adds the host's wake-up and launch latency, which varies; the first misses work on other streams.
+        The first counts unless the second ends later than that latency explains (calibrated on empty calls in
+        this process): then the device had work left, and the device-wide end counts."""
         scales = self.scales(plan)
         cuda = self.job.device == "cuda"
         samples: list[float] = []
@@ -213,11 +217,12 @@ class Child:
         spot: list[list[Any]] = []
         wanted = set(plan.spot_indices)
         started = _perf_counter()
-        events = [_Event(enable_timing=True) for _ in range(3)] if cuda else []  # type: ignore[no-untyped-call]
+        events = [_Event(enable_timing=True) for _ in range(4)] if cuda else []  # type: ignore[no-untyped-call]
+        latency = self.sync_latency(events) if events else 0.0
         for i in range(plan.warmup + plan.trials):
             inputs = self.scaled(base, scales[i])
             if events:
-                pre, start, end = events
+                pre, start, returned, end = events
                 h0 = _perf_counter()
                 _event_record(pre)
                 if self.flush_buffer is not None:
@@ -225,11 +230,14 @@ class Child:
                 _gpu_sleep(PREFILL_CYCLES)  # type: ignore[no-untyped-call]
                 _event_record(start)
                 out = call(inputs)
+                _event_record(returned)
                 _cuda_sync()
                 _event_record(end)
                 _cuda_sync()
                 h1 = _perf_counter()
-                ms = _event_elapsed(start, end)
+                ms = _event_elapsed(start, returned)
+                if _event_elapsed(returned, end) > latency:
+                    ms = _event_elapsed(start, end)
                 # The host clock of the call alone: less the flush and busy-wait it waited for.
                 host_ms = (h1 - h0) * 1e3 - _event_elapsed(pre, start)
             else:
@@ -248,6 +256,20 @@ class Child:
                 break
         method = "cuda_events" if cuda else "perf_counter"
         return ChildTimings(method=method, samples_ms=samples, host_samples_ms=host), spot
+
+    def sync_latency(self, events: list[Any]) -> float:
+        """Upper bound (ms) of the gap a device-wide synchronize plus an event record adds after idle-stream
+        work: the largest of 20 empty calls, with 50% margin. Side-stream work shorter than this is not seen."""
+        _, start, returned, end = events
+        gaps = []
+        for _ in range(20):
+            _event_record(start)
+            _event_record(returned)
+            _cuda_sync()
+            _event_record(end)
+            _cuda_sync()
+            gaps.append(_event_elapsed(returned, end))
+        return 1.5 * max(gaps) + 0.002
 
     def write(self) -> None:
         # Written to a temporary name and renamed, so a crash never leaves a half-written report.
