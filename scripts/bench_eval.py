@@ -37,7 +37,9 @@ CANDIDATE = ROOT / "examples" / "candidates" / "linear_relu_cuda"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="Also write the figures here, with every run's samples and timeline."
+    )
     args = parser.parse_args()
 
     files = {str(p.relative_to(CANDIDATE)): p.read_text() for p in sorted(CANDIDATE.rglob("*")) if p.is_file()}
@@ -57,7 +59,7 @@ def main() -> int:
         print(f"first evaluation not correct: {first.status} {first.message} {first.findings}")
         return 1
 
-    walls, medians, clocks, spreads = [], [], [], []
+    walls, medians, clocks, spreads, runs = [], [], [], [], []
     for _ in range(args.repeats):
         started = time.perf_counter()
         result = evaluate(request)
@@ -67,6 +69,7 @@ def main() -> int:
         medians.append(result.candidate_timing.median_ms)
         spreads.append(round(100 * result.candidate_timing.std_ms / result.candidate_timing.mean_ms, 2))
         clocks.append((result.fingerprint.sm_clock_start_mhz, result.fingerprint.sm_clock_end_mhz))
+        runs.append({"samples_ms": result.candidate_timing.samples_ms, "timeline_s": result.timeline_s})
     timing = first.candidate_timing
     figures = {
         "gpu": first.fingerprint.gpu_name if first.fingerprint else None,
@@ -90,7 +93,7 @@ def main() -> int:
     }
     print(json.dumps(figures, indent=2))
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+        args.json.write_text(json.dumps({**figures, "runs": runs}, indent=2))
     return 0
 
 
