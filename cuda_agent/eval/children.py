@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuda_agent.compile.store import TORCH_EXT_SANDBOX_DIR
+from cuda_agent.eval.protocol import JOB_FILE
 from cuda_agent.sandbox import SandboxLimits, SandboxProcess, SandboxResult, SandboxSpec, start_sandboxed
 
 EXTENSIONS_SUBDIR = Path("artifact") / "torch_extensions"
@@ -83,8 +84,6 @@ def start_warm(key: ChildKey) -> ChildSlot:
 
 
 def _start(slot: ChildSlot, *, warm: bool) -> None:
-    from cuda_agent.eval.protocol import JOB_FILE
-
     key, workdir = slot.key, slot.workdir
     cuda = key.device == "cuda"
     # The sandbox supplies PATH, PYTHONPATH (the cuda_agent package, read-only) and a private /tmp.
@@ -119,8 +118,6 @@ def _start(slot: ChildSlot, *, warm: bool) -> None:
 
 def run_job(slot: ChildSlot, job_json: str, wall_time_s: float) -> SandboxResult:
     """Write the job into the child's directory, start the child working and wait for it (or the wall clock)."""
-    from cuda_agent.eval.protocol import JOB_FILE
-
     (slot.workdir / JOB_FILE).write_text(job_json)
     process = slot.process
     if slot.warm and not (isinstance(process, SandboxProcess) and process.send(GO)):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import torch
 from pydantic import ValidationError
 
 from cuda_agent.contracts.common import Device, EvalStatus
@@ -83,8 +84,6 @@ class ChildRun:
 
 def evaluate(req: EvalRequest, settings: Settings | None = None) -> EvalResult:
     """Judge one candidate. Never raises for bad problems, hostile candidates or broken infrastructure."""
-    import torch
-
     started = time.perf_counter()
     evaluation = _Evaluation(req, settings or get_settings())
     # The parent's tensor work (comparing outputs) is small; a full-width thread pool only fights the children
@@ -154,8 +153,6 @@ class _Evaluation:
         )
 
     def fingerprint(self) -> Fingerprint:
-        import torch
-
         gpu = gpu_by_index(self.gpu_index) if self.gpu_index is not None else None
         return Fingerprint(
             device=self.req.device,
@@ -331,8 +328,6 @@ class _Evaluation:
 
     # --- baselines ----------------------------------------------------------------------------------------
     def cached_baselines(self) -> tuple[BaselineCache, str, BaselineEntry | None]:
-        import torch
-
         gpu = gpu_by_index(self.gpu_index) if self.gpu_index is not None else None
         key = baseline_key(
             self.problem_hash,
