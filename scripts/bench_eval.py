@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# As the GPU eval worker is deployed (docker-compose.yml, k8s/eval-worker.yaml): two evaluations' worth of warm
+# As the GPU eval worker is deployed (docker-compose.yml, k8s/eval-worker.yaml): three evaluations' worth of warm
 # sandboxed children.
-os.environ.setdefault("CUDA_AGENT_EVAL_WARM_CHILDREN", "4")
+os.environ.setdefault("CUDA_AGENT_EVAL_WARM_CHILDREN", "6")
 
 from cuda_agent.compile import compile_candidate  # noqa: E402
 from cuda_agent.contracts.common import CompileStatus, EvalStatus  # noqa: E402
@@ -69,7 +69,14 @@ def main() -> int:
         medians.append(result.candidate_timing.median_ms)
         spreads.append(round(100 * result.candidate_timing.std_ms / result.candidate_timing.mean_ms, 2))
         clocks.append((result.fingerprint.sm_clock_start_mhz, result.fingerprint.sm_clock_end_mhz))
-        runs.append({"samples_ms": result.candidate_timing.samples_ms, "timeline_s": result.timeline_s})
+        runs.append(
+            {
+                "samples_ms": result.candidate_timing.samples_ms,
+                "host_samples_ms": result.candidate_timing.host_samples_ms,
+                "timeline_s": result.timeline_s,
+                "notes": result.notes,
+            }
+        )
     timing = first.candidate_timing
     figures = {
         "gpu": first.fingerprint.gpu_name if first.fingerprint else None,

@@ -38,7 +38,7 @@ echo "== compile benchmark"
 timeout 120 python3 scripts/bench_compile.py ${BENCH_COMPILE_ARGS:-} 2>&1 | tee "$OUT/bench_compile.log"
 fi
 echo "== eval benchmark"
-timeout 300 python3 scripts/bench_eval.py --repeats 5 --json "$OUT/bench_eval.json" 2>&1 | tee "$OUT/bench_eval.log"
+timeout 300 python3 scripts/bench_eval.py --repeats 10 --json "$OUT/bench_eval.json" 2>&1 | tee "$OUT/bench_eval.log"
 fi
 
 echo "== summary"

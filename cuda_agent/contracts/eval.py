@@ -39,6 +39,9 @@ class TimingStats(BaseModel):
     max_ms: float
     trials: int
     samples_ms: list[float] = Field(default_factory=list)
+    host_samples_ms: list[float] = Field(
+        default_factory=list, description="Host clock of each timed call (on the GPU: less the queued flush)."
+    )
 
 
 class Fingerprint(BaseModel):
@@ -69,7 +72,8 @@ class EvalResult(BaseModel):
     custom_kernel_time_method: Literal["profiler", "launcher_events"] | None = Field(
         None,
         description="profiler: kernel records of the PyTorch profiler; launcher_events: CUDA events around each "
-        "custom launch (where the profiler records no GPU activity; library calls inside a launcher count).",
+        "custom launcher or extension-function call (where the profiler records no GPU activity; library calls "
+        "inside them count).",
     )
     findings: list[Finding] = Field(default_factory=list)
     max_abs_error: float | None = None

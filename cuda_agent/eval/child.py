@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler
 
-from cuda_agent.eval import guards
+from cuda_agent.eval import extensions, guards
 from cuda_agent.eval.protocol import (
     JOB_FILE,
     LIBRARY_KERNEL_MARKERS,
@@ -66,9 +66,10 @@ _sleep = time.sleep
 _time = time.time
 
 INIT_SEED = 42
-# GPU cycles of busy-wait queued before each timed call: ~50 us at the H200's 1.98 GHz, more than the host needs
-# to reach a candidate's first launch.
-PREFILL_CYCLES = 100_000
+# GPU cycles of busy-wait queued before each timed call: ~0.5 ms at the H200's 1.98 GHz. The host needs ~50 us to
+# reach a candidate's first launch on a quiet machine and twice that when its CPUs are contended; with 50 us of
+# busy-wait the excess leaked into the event times (medians of one kernel 5% apart between evaluations).
+PREFILL_CYCLES = 1_000_000
 # Composite names the profiler shows for allowed operations.
 _PROFILER_ALLOWED = guards.ALLOWED_ATEN_OPS | {
     "reshape",
@@ -116,7 +117,8 @@ def signature(inputs: list[Any]) -> list[str]:
 
 
 class LaunchTimer:
-    """Launch hook for cuda_agent.kernels: CUDA events on the launch's stream around every custom launch."""
+    """Launch hook for cuda_agent.kernels and extension modules (cuda_agent.eval.extensions): CUDA events on the
+    launch's stream around every custom launch."""
 
     def __init__(self) -> None:
         self.pairs: list[tuple[Any, Any]] = []
@@ -201,10 +203,10 @@ class Child:
     ) -> tuple[ChildTimings, list[list[Any]]]:
         """Warmups, then trials: fresh inputs, L2 flush, CUDA events (or the host clock on CPU) per call.
 
-        On the GPU the flush and a short busy-wait kernel are queued before the start event, so the GPU reaches
-        the start event busy and the call's work starts as soon as its first kernel is queued: the interval
-        measures the device, not how long the host took to reach the first launch (that latency varied by 10%
-        between processes on the H200 host). Host overhead beyond the busy-wait still counts.
+        On the GPU the flush and a busy-wait kernel are queued before the start event, so the GPU reaches the start
+        event busy and the call's work starts as soon as its first kernel is queued: the interval measures the
+        device, as in a steady stream of calls, not how long the host took to reach the first launch (that latency
+        varied with the host's load). Host work beyond the busy-wait (~0.5 ms) still counts.
 
         Two end events: one on the current stream as the call returns, one after a device-wide synchronize. The
         second adds the host's wake-up and launch latency, which varies; the first misses work on other streams.
@@ -351,12 +353,17 @@ class Child:
         self.report.input_signature = signature(trial_inputs[0]) if trial_inputs else []
         base = self.make_inputs(problem, job.timing.base_seed) if job.timing else []
         problem_state = _simple_globals(problem.module)
-        launch_count, launch_hook = _kernels_api() if job.project_form else (None, None)
         guard = guards.ComputeGuard(enabled=not job.allow_torch_compute)
         warm_up()  # torch._dynamo re-wraps torch functions when imported: before the snapshot, not during forward
         watched = {"harness": sys.modules[__name__], "guards": guards, "problem": problem.module}
-        if launch_count is not None:
+        # Launch counts prove a project-form kernel ran. A KernelBench-form extension may register torch.ops
+        # instead of module functions, so its calls are only timed (custom-kernel share), never required.
+        if job.project_form:
+            launch_count, launch_hook = _kernels_api()
             watched["cuda_agent.kernels"] = sys.modules["cuda_agent.kernels"]
+        else:
+            launch_count, launch_hook = None, extensions.install()
+            watched["cuda_agent.eval.extensions"] = extensions
         snapshot = guards.Snapshot(extra=watched)
         audit = guards.AuditLog(
             protected_files=[os.path.join(self.workdir, n) for n in (JOB_FILE, RESULT_FILE, OUTPUTS_FILE)]
@@ -607,7 +614,7 @@ class Child:
             set_hook(None)
         whole = _event_elapsed(start, end)
         custom = sum(_event_elapsed(a, b) for a, b in timer.pairs)
-        if whole > 0:
+        if whole > 0 and timer.pairs:  # no hooked call: nothing to attribute (a project form's has a finding)
             self.report.custom_kernel_time_share = min(1.0, custom / whole)
             self.report.custom_kernel_time_method = "launcher_events"
 

@@ -18,6 +18,8 @@ from tests.eval.helpers import EXAMPLES, RELU_ADD, codes, edit
 pytestmark = [pytest.mark.gpu, pytest.mark.sandbox]
 
 CUDA_CANDIDATE = EXAMPLES / "candidates" / "relu_add_cuda"
+INLINE_CANDIDATE = EXAMPLES / "candidates" / "swish_residual_inline.py"
+SWISH = EXAMPLES / "problems" / "swish_residual.py"
 # Large enough that the fused kernel's saved memory traffic outweighs the Python launcher's overhead.
 RELU_ADD_LARGE = edit(edit(RELU_ADD, "batch = 64", "batch = 16384"), "size = 1024", "size = 4096")
 
@@ -49,6 +51,21 @@ def test_cuda_candidate_correct_and_faster_than_eager() -> None:
     assert result.eager_timing and result.compile_timing
     fp = result.fingerprint
     assert fp and fp.gpu_name and fp.driver and fp.sm_clock_start_mhz and fp.cuda
+
+
+def test_load_inline_candidate_correct_faster_and_its_kernel_share_measured() -> None:
+    """The KernelBench form: the extension builds in the compile sandbox on this host (torch's ABI must match),
+    and the calls through the module load_inline returned are timed for the custom-kernel share."""
+    source = CandidateSource(form=CandidateForm.KERNELBENCH, files={"model_new.py": INLINE_CANDIDATE.read_text()})
+    built = compile_candidate(CompileRequest(candidate=source, device="cuda"))
+    assert built.status is CompileStatus.OK, built.log[-3000:]
+    result = evaluate(
+        EvalRequest(problem_source=SWISH.read_text(), candidate=source, artifact_key=built.artifact_key, device="cuda")  # type: ignore[arg-type]
+    )
+    assert result.status is EvalStatus.CORRECT, (result.message, result.findings)
+    assert result.speedup_vs_eager is not None and result.speedup_vs_eager > 1.5, result.speedup_vs_eager
+    assert result.custom_kernel_time_share is not None and result.custom_kernel_time_share > 0.5
+    assert result.custom_kernel_time_method is not None
 
 
 def test_illegal_access_is_contained_and_the_next_evaluation_is_clean() -> None:

@@ -15,6 +15,7 @@ from cuda_agent.eval import compare
 from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key
 from cuda_agent.eval.evaluate import stats
 from cuda_agent.eval.profile import checklist, parse_ncu_csv, profile_candidate, report_text
+from cuda_agent.eval.protocol import ChildTimings
 from cuda_agent.eval.reward import continuous_speedup, reward_for
 from cuda_agent.eval.static_scan import scan_candidate, scan_python
 from cuda_agent.eval.tolerance import tolerance_for
@@ -53,9 +54,9 @@ def test_continuous_speedup_is_geometric_mean() -> None:
 
 
 def test_timing_stats() -> None:
-    s = stats([1.0, 2.0, 3.0, 10.0])
+    s = stats(ChildTimings(method="cuda_events", samples_ms=[1.0, 2.0, 3.0, 10.0], host_samples_ms=[1.5] * 4))
     assert (s.median_ms, s.min_ms, s.max_ms, s.trials) == (2.5, 1.0, 10.0, 4)
-    assert s.samples_ms == [1.0, 2.0, 3.0, 10.0]
+    assert s.samples_ms == [1.0, 2.0, 3.0, 10.0] and s.host_samples_ms == [1.5] * 4
 
 
 def test_compare_rejects_shape_dtype_nan_and_tolerance() -> None:
