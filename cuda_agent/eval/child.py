@@ -225,8 +225,11 @@ class Child:
             inputs = self.scaled(base, scales[i])
             if events:
                 pre, start, returned, end = events
-                h0 = _perf_counter()
+                # The host clock starts once the GPU has reached `pre`: waiting for a GPU shared with other
+                # processes is in neither clock.
                 _event_record(pre)
+                _cuda_sync()
+                h0 = _perf_counter()
                 self.prefill()
                 _event_record(start)
                 out = call(inputs)
@@ -601,18 +604,19 @@ class Child:
         if self.job.device != "cuda":
             return
         timer = LaunchTimer()
-        start, end = _Event(enable_timing=True), _Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start, returned = _Event(enable_timing=True), _Event(enable_timing=True)  # type: ignore[no-untyped-call]
         self.prefill()
         set_hook(timer)
         try:
             _event_record(start)
             call(inputs)
-            _cuda_sync()
-            _event_record(end)
+            _event_record(returned)
             _cuda_sync()
         finally:
             set_hook(None)
-        whole = _event_elapsed(start, end)
+        # Up to the call's return on the current stream: an end event after a synchronize would add the host's
+        # wake-up latency, comparable to a short kernel. Launches on other streams are capped by min(1, ...).
+        whole = _event_elapsed(start, returned)
         custom = sum(_event_elapsed(a, b) for a, b in timer.pairs)
         if whole > 0 and timer.pairs:  # no hooked call: nothing to attribute (a project form's has a finding)
             self.report.custom_kernel_time_share = min(1.0, custom / whole)
