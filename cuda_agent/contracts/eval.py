@@ -40,7 +40,7 @@ class TimingStats(BaseModel):
     trials: int
     samples_ms: list[float] = Field(default_factory=list)
     host_samples_ms: list[float] = Field(
-        default_factory=list, description="Host clock of each timed call (on the GPU: less the queued flush)."
+        default_factory=list, description="Host clock of each timed call (GPU: less the queued flush and busy-wait)."
     )
 
 

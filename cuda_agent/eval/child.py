@@ -618,7 +618,8 @@ class Child:
         # wake-up latency, comparable to a short kernel. Launches on other streams are capped by min(1, ...).
         whole = _event_elapsed(start, returned)
         custom = sum(_event_elapsed(a, b) for a, b in timer.pairs)
-        if whole > 0 and timer.pairs:  # no hooked call: nothing to attribute (a project form's has a finding)
+        # No hooked call: nothing to attribute (a project form without launches already has no_custom_kernel).
+        if whole > 0 and timer.pairs:
             self.report.custom_kernel_time_share = min(1.0, custom / whole)
             self.report.custom_kernel_time_method = "launcher_events"
 
