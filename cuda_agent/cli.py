@@ -271,6 +271,12 @@ def optimize(
     if policy == "replay" and "trajectory" in options:  # a path to a trajectory JSONL file: replay its first line
         lines = Path(options["trajectory"]).read_text().splitlines()
         policy_options["trajectory"] = json.loads(lines[0]) if lines else {}
+    if policy == "openai" and "base_url" in options:  # the operator's own server: a job cannot carry a URL or key
+        from cuda_agent.agent.policies.openai_policy import use_local_endpoint
+
+        policy_options["endpoint"] = use_local_endpoint(
+            policy_options.pop("base_url"), model=options.get("model"), api_key=policy_options.pop("api_key", None)
+        )
     request = RolloutRequest(
         problem_source=problem.read_text(),
         policy=policy,
@@ -337,13 +343,90 @@ def bench_compile(
     print(json.dumps(run_compile_benchmark(include_load_inline=load_inline), indent=2))
 
 
+@bench_app.command("eval")
+@one_line_errors
+def bench_eval(
+    problems: Annotated[
+        Path | None, typer.Option(help="Folder of cases: <name>/problem.py beside <name>/model_new.py + kernels/.")
+    ] = None,
+    problem: Annotated[Path | None, typer.Option(help="One problem file instead of --problems.")] = None,
+    candidate: Annotated[Path | None, typer.Option(help="The candidate of --problem.")] = None,
+    only: Annotated[list[str] | None, typer.Option(help="Only this case of --problems (repeatable).")] = None,
+    device: Annotated[Device, typer.Option()] = Device.CUDA,
+    scale: Annotated[
+        float, typer.Option(help="Shrink the problems' leading dimension, 0 < scale <= 1 (their SCALE line).")
+    ] = 1.0,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Verdicts with cached baselines after the first; the last is reported.")
+    ] = 1,
+    tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write every figure here.")] = None,
+) -> None:
+    """Verdicts beside the in-process floor: wall time, where it went, peak GPU/host memory, disk writes.
+
+    The floor runs problem and candidate in a plain process, unsandboxed: benchmark trusted code only.
+    Exits 1 when a case misses the acceptance rule printed with the table.
+    """
+    import os
+    import sys
+
+    from cuda_agent.bench.cases import BenchCase, BenchError, discover_cases
+
+    if (problems is None) == (problem is None) or (problem is None) != (candidate is None):
+        raise ConfigError("give either --problems DIR, or --problem FILE with --candidate PATH")
+    if only and problems is None:
+        raise ConfigError("--only picks cases of --problems DIR")
+    try:
+        if problems is not None:
+            cases = discover_cases(problems, only or ())
+        else:
+            assert problem is not None and candidate is not None
+            if not problem.is_file():
+                raise BenchError(f"{problem}: no such problem file")
+            cases = [BenchCase(problem.stem, problem, candidate)]
+    except BenchError as exc:
+        raise ConfigError(str(exc)) from None
+    if device is Device.CUDA:
+        # As GPU eval workers are deployed (docker-compose.yml, k8s/eval-worker.yaml): three evaluations' worth
+        # of warm children. Settings are read once; drop a copy read before this line.
+        os.environ.setdefault("CUDA_AGENT_EVAL_WARM_CHILDREN", "6")
+        get_settings.cache_clear()
+    from cuda_agent.bench.eval_bench import BenchFigures, render, run_eval_bench
+
+    def save(figures: BenchFigures) -> None:
+        if json_out is not None:  # after every case: a run cut short keeps what it measured
+            json_out.write_text(figures.model_dump_json(indent=2))
+
+    try:
+        figures = run_eval_bench(
+            cases,
+            device=device,
+            scale=scale,
+            repeats=repeats,
+            tolerance=tolerance,
+            say=lambda line: console.print(line, highlight=False),
+            on_case=save,
+        )
+    except BenchError as exc:
+        raise ConfigError(str(exc)) from None
+    # Fifteen columns: piped into a log, the table gets room instead of the 80 columns rich assumes.
+    render(figures, Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200))
+    if json_out is not None:
+        console.print(f"wrote {json_out}", highlight=False)
+    if not figures.ok:
+        raise typer.Exit(1)
+
+
 @app.command("apikey")
 @one_line_errors
 def apikey(tenant: str, name: Annotated[str | None, typer.Option(help="A label for the key.")] = None) -> None:
     """Create an API key for TENANT and print it (shown once)."""
     from cuda_agent.api.auth import create_api_key
 
-    print(create_api_key(tenant, name))
+    try:
+        print(create_api_key(tenant, name))
+    except ValueError as exc:  # a tenant name that cannot be one
+        raise ConfigError(str(exc)) from None
 
 
 @app.command()
@@ -365,6 +448,37 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
             table.add_row(c.name, mark, c.detail)
         Console().print(table)
     if any(c.required and not c.ok for c in checks):
+        raise typer.Exit(1)
+
+
+@app.command()
+@one_line_errors
+def selftest(
+    parts: Annotated[
+        str, typer.Option(help="Comma-separated: tenancy, sandbox, hacks, faults, badinput, load (default: not load).")
+    ] = "",
+    device: Annotated[Device, typer.Option(help="Device of the candidates' builds and evaluations.")] = Device.CPU,
+    only: Annotated[str | None, typer.Option(help="Comma-separated attack and hack names: run just those.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the full report here.")] = None,
+    keep: Annotated[bool, typer.Option(help="Keep the stack's temp dir (service and worker logs).")] = False,
+) -> None:
+    """Start a private stack on loopback, attack it, and print tried / held / failed per part; exit 1 on a failure."""
+    from cuda_agent.selftest import DEFAULT_PARTS, UnknownName, passed, render, run_selftest, to_json
+    from cuda_agent.selftest.stack import StackError
+
+    chosen = [p.strip() for p in parts.split(",") if p.strip()] or list(DEFAULT_PARTS)
+    names = {n.strip() for n in only.split(",") if n.strip()} if only else None
+    out = Console()
+    try:
+        reports = run_selftest(
+            chosen, device, only=names, keep=keep, on_part=lambda r: console.print(f"{r.part}: {r.held}/{r.tried} held")
+        )
+    except (UnknownName, StackError) as exc:
+        raise ConfigError(str(exc)) from None
+    render(reports, out)
+    if json_out is not None:
+        json_out.write_text(json.dumps(to_json(reports), indent=2))
+    if not passed(reports):
         raise typer.Exit(1)
 
 

@@ -87,6 +87,15 @@ def check_bwrap() -> Check:
     return Check("sandbox", ok, reason)
 
 
+def check_quotas() -> Check:
+    """Which mechanism bounds each resource of a sandbox run here: a memory cgroup where the host delegates one,
+    the watchdog everywhere, the seccomp filter always."""
+    from cuda_agent.sandbox import quota_mechanisms
+
+    mechanisms = quota_mechanisms()
+    return Check("sandbox quotas", True, "; ".join(f"{k}: {v}" for k, v in mechanisms.items()), required=False)
+
+
 def check_bytecode() -> Check:
     """Evaluation children import torch read-only with bytecode writing off: without caches each one compiles
     torch and torch._dynamo again (seconds per evaluation child)."""
@@ -150,6 +159,7 @@ CHECKS: list[Callable[[], Check]] = [
     check_db,
     check_redis,
     check_bwrap,
+    check_quotas,
     check_bytecode,
     check_gpu_profiler,
 ]

@@ -10,7 +10,7 @@ import functools
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_SECRET = "change-me"
@@ -18,6 +18,18 @@ PLACEHOLDER_SECRET = "change-me"
 
 class ConfigError(RuntimeError):
     """Configuration that cannot work; its message is one line meant for the operator."""
+
+
+class LLMEndpoint(BaseModel):
+    """An OpenAI-compatible endpoint the operator configured; requests name it, never see its URL or key."""
+
+    base_url: str | None = Field(None, description="Server URL; None: the OpenAI SDK's default (api.openai.com).")
+    model: str | None = Field(None, description="The model a request gets when it names none.")
+    models: list[str] = Field(default_factory=list, description="Other model names a request may choose.")
+    api_key: SecretStr = Field(SecretStr("EMPTY"), description="Sent only to base_url.")
+
+    def allows(self, model: str) -> bool:
+        return model == self.model or model in self.models
 
 
 class Settings(BaseSettings):
@@ -45,10 +57,32 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", description="Root log level.")
     log_json: bool = Field(False, description="Emit JSON log lines (services in containers) instead of text.")
 
-    # Queue behaviour. The visibility timeout must exceed the longest task, otherwise Redis redelivers a
-    # task that is still running and it executes twice.
+    # Queue behaviour. A job's lease (renewed by a heartbeat while it runs) says whether its attempt is alive; the
+    # sweeper in every worker re-dispatches jobs whose lease expired or whose message was lost (jobs.recovery).
     task_time_limit_s: int = Field(3600, description="Hard time limit of any Celery task, in seconds.")
-    visibility_timeout_s: int = Field(7200, description="Redis visibility timeout; longer than the longest task.")
+    visibility_timeout_s: int = Field(
+        300,
+        gt=0,
+        description="Redis visibility timeout: how long a dead worker's unacknowledged message waits before Redis "
+        "hands it out again. May be shorter than a task: a running job's redelivered message is ignored (its lease "
+        "is live), and a dead worker's job is recovered by the lease sweeper, not by this timeout.",
+    )
+    job_lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long a running job's lease lasts without a heartbeat before another worker may take the "
+        "job over (its worker is then presumed dead).",
+    )
+    job_heartbeat_s: float = Field(10.0, gt=0, description="How often a running job renews its lease.")
+    job_sweep_interval_s: float = Field(
+        15.0, gt=0, description="How often each worker looks for jobs to recover (one worker acts at a time)."
+    )
+    job_requeue_after_s: float = Field(
+        120.0,
+        gt=0,
+        description="A queued job whose message is this old and not waiting in its queue (broker restarted without "
+        "its data, message dropped) is sent again.",
+    )
 
     # Compilation.
     compile_timeout_s: float = Field(300.0, description="Wall-clock limit of one sandboxed build.")
@@ -56,6 +90,12 @@ class Settings(BaseSettings):
     compile_memory_bytes: int = Field(8 * 1024**3, description="RLIMIT_AS of one sandboxed build.")
     compile_max_processes: int = Field(256, description="RLIMIT_NPROC of one sandboxed build.")
     compile_max_file_bytes: int = Field(512 * 1024**2, description="RLIMIT_FSIZE of one sandboxed build.")
+    compile_disk_bytes: int = Field(
+        4 * 1024**3, gt=0, description="Disk quota of one sandboxed build: all files it writes, together."
+    )
+    compile_memory_quota_bytes: int = Field(
+        8 * 1024**3, gt=0, description="Resident memory quota of one sandboxed build (its processes and its /tmp)."
+    )
     cuda_arch: str | None = Field(
         None, description="Target arch, e.g. sm_90a. Unset: detected from the GPU, else sm_90."
     )
@@ -71,6 +111,12 @@ class Settings(BaseSettings):
     eval_warm_children: int = Field(
         2, ge=0, description="Evaluation child processes kept started ahead of work (0: start each on demand)."
     )
+    eval_disk_bytes: int = Field(
+        2 * 1024**3, gt=0, description="Disk quota of one evaluation child: all files it writes, together."
+    )
+    eval_memory_quota_bytes: int = Field(
+        32 * 1024**3, gt=0, description="Resident host memory quota of one evaluation child (GPU memory apart)."
+    )
     reward_speedup_threshold: float = Field(1.05, description="Speedup over a baseline that counts as faster.")
     gpu_index: int | None = Field(None, description="NVML index this worker is pinned to (GPU workers).")
 
@@ -83,6 +129,9 @@ class Settings(BaseSettings):
     )
     rate_limit_per_minute: int = Field(120, description="Requests per tenant per minute before 429.")
     max_concurrent_jobs: int = Field(4, description="Queued or running optimize jobs per tenant before 429.")
+    max_request_bytes: int = Field(
+        16 * 1024**2, gt=0, description="Largest request body any service accepts (413 beyond)."
+    )
 
     # Agent.
     agent_max_turns: int = Field(150, description="Turn limit of one rollout.")
@@ -90,6 +139,20 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(None, description="OpenAI-compatible endpoint of the `openai` policy.")
     openai_api_key: SecretStr = Field(SecretStr("EMPTY"), description="API key of that endpoint.")
     openai_model: str | None = Field(None, description="Model name served by that endpoint.")
+    llm_endpoints: dict[str, LLMEndpoint] = Field(
+        default_factory=dict,
+        description="More endpoints by name, as JSON: {name: {base_url, model, models, api_key}}. The CUDA_AGENT_"
+        "OPENAI_* settings are the one named 'default' (unless this names one). Requests choose among these.",
+    )
+
+    def llm_endpoint(self, name: str) -> LLMEndpoint:
+        """The endpoint configured under ``name``; ConfigError naming the configured ones when there is none."""
+        if name in self.llm_endpoints:
+            return self.llm_endpoints[name]
+        if name == "default":
+            return LLMEndpoint(base_url=self.openai_base_url, model=self.openai_model, api_key=self.openai_api_key)
+        names = ", ".join(sorted({"default", *self.llm_endpoints}))
+        raise ConfigError(f"no LLM endpoint named {name!r}; configured: {names}")
 
     @field_validator("database_url")
     @classmethod
@@ -103,8 +166,10 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.environment == "production" and self.secret_key.get_secret_value() == PLACEHOLDER_SECRET:
             raise ValueError("CUDA_AGENT_SECRET_KEY must be set to a real secret outside development")
-        if self.visibility_timeout_s <= self.task_time_limit_s:
-            raise ValueError("CUDA_AGENT_VISIBILITY_TIMEOUT_S must exceed CUDA_AGENT_TASK_TIME_LIMIT_S")
+        # No "visibility timeout > task time limit" rule: a running job's lease, not the broker, decides whether a
+        # redelivered message runs again (a live attempt's duplicate is ignored), so the timeout can stay short.
+        if self.job_heartbeat_s * 2 > self.job_lease_s:
+            raise ValueError("CUDA_AGENT_JOB_LEASE_S must be at least twice CUDA_AGENT_JOB_HEARTBEAT_S")
         return self
 
     @property

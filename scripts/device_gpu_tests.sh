@@ -3,8 +3,10 @@
 #   run(command="bash scripts/device_gpu_tests.sh", carry=[".whl"])
 # after `bash scripts/fetch_device_wheels.sh` here. Installs the carried wheels into /tmp/site, unpacks
 # bubblewrap, runs every `gpu`-marked test and the GPU benchmarks, and prints a summary. Logs go to $OUT.
-# An argument picks a part: `tests`, `bench`, or `all` (default); extra arguments go to pytest.
-# Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS.
+# An argument picks a part: `tests`, `bench`, or `all` (default); extra arguments go to pytest. `large` runs only
+# the eval benchmark on examples/large (issue 12: multi-GB problems, several minutes), with LARGE_BENCH_ARGS
+# passed on (e.g. "--only softmax --only gemm" to split it over calls of the device tool).
+# Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS.
 set -u
 part=${1:-all}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,7 +23,7 @@ python3 -m cuda_agent.cli doctor || true
 # Artifacts packed on the compile host by scripts/prebuild_artifacts.py (test_prebuilt_artifacts.py uses them).
 [ -d .whl/artifacts ] && export CUDA_AGENT_PREBUILT_ARTIFACTS=$PWD/.whl/artifacts
 status=0
-if [ "$part" != bench ]; then
+if [ "$part" = all ] || [ "$part" = tests ]; then
 # The hack suite checks verdicts, not speed: it runs on several processes sharing the GPU. Everything else,
 # timing assertions included, runs one test at a time.
 timeout "${GPU_HACKS_TIMEOUT:-200}" python3 -m pytest -m gpu -p no:cacheprovider -q -rfE -n 6 \
@@ -32,13 +34,20 @@ timeout "${GPU_TEST_TIMEOUT:-300}" python3 -m pytest -m gpu -p no:cacheprovider 
   | tee "$OUT/gpu-tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
-if [ "$part" != tests ]; then
+if [ "$part" = all ] || [ "$part" = bench ]; then
 if [ -z "${SKIP_COMPILE_BENCH:-}" ]; then
 echo "== compile benchmark"
 timeout 120 python3 scripts/bench_compile.py ${BENCH_COMPILE_ARGS:-} 2>&1 | tee "$OUT/bench_compile.log"
 fi
 echo "== eval benchmark"
-timeout 300 python3 scripts/bench_eval.py --repeats 10 --json "$OUT/bench_eval.json" 2>&1 | tee "$OUT/bench_eval.log"
+timeout 300 python3 scripts/bench_eval.py --problem examples/problems/linear_relu.py \
+  --candidate examples/candidates/linear_relu_cuda --repeats 10 --json "$OUT/bench_eval.json" 2>&1 | tee "$OUT/bench_eval.log"
+fi
+if [ "$part" = large ]; then
+echo "== eval benchmark, large problems"
+# shellcheck disable=SC2086  # LARGE_BENCH_ARGS is a list of options
+timeout "${LARGE_BENCH_TIMEOUT:-570}" python3 scripts/bench_eval.py --problems examples/large ${LARGE_BENCH_ARGS:-} \
+  --json "$OUT/bench_eval_large.json" 2>&1 | tee "$OUT/bench_eval_large.log"
 fi
 
 echo "== summary"

@@ -17,3 +17,9 @@ alembic upgrade head && alembic check && alembic downgrade base && alembic upgra
 unset DATABASE_URL
 
 python3 -m pytest "$@"
+
+# The selftest's default part for CI: every route of every service, authenticated and not, across tenants, and
+# schemathesis over each: one table against a real stack (the other parts: `cuda-agent selftest`, README).
+if [ $# -eq 0 ]; then
+  cuda-agent selftest --parts tenancy,badinput
+fi

@@ -48,14 +48,15 @@ class JobBackend:
     (so a rollout worker needs no GPU), in-process on the embedded default. Either way each call leaves a job and
     a result row in the database."""
 
-    def __init__(self, timeout_s: float = 3600.0) -> None:
+    def __init__(self, timeout_s: float = 3600.0, tenant: str | None = None) -> None:
         self.timeout_s = timeout_s
+        self.tenant = tenant  # the rollout's tenant owns its compile/eval jobs and so the artifacts they build
 
     def _run(self, kind: JobKind, request: BaseModel) -> dict[str, Any]:
         from cuda_agent.jobs import run_to_result
 
         # JobFailed is an infrastructure fault, not the candidate's: tools report it as such, never as -1.
-        return run_to_result(kind, request, timeout_s=self.timeout_s)
+        return run_to_result(kind, request, timeout_s=self.timeout_s, tenant=self.tenant)
 
     def compile(self, request: CompileRequest) -> CompileResult:
         return CompileResult.model_validate(self._run(JobKind.COMPILE, request))

@@ -29,7 +29,9 @@ def optimize_job(request: dict[str, Any], context: JobContext) -> dict[str, Any]
     def progress(update: RolloutProgress) -> None:
         context.report_progress(update.model_dump(mode="json"))
 
-    trajectory = run_request(rollout, backend=JobBackend(), cancel=context.is_cancelled, progress=progress)
+    trajectory = run_request(
+        rollout, backend=JobBackend(tenant=context.tenant), cancel=context.is_cancelled, progress=progress
+    )
     store_trajectory(trajectory, job_id=context.job_id, tenant=context.tenant)
     return optimize_result(trajectory)
 

@@ -14,8 +14,10 @@ import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from cuda_agent import safefs
 from cuda_agent.agent.workspace import CandidateError, PathError
 from cuda_agent.contracts.agent import RewardEvent, ToolCall, ToolObservation
 from cuda_agent.contracts.common import CompileStatus, Device, EvalStatus
@@ -27,9 +29,13 @@ if TYPE_CHECKING:
 
 # Added to the sandbox's minimal environment; nothing of ours (API keys, database URLs) is passed.
 BASH_ENV = {"CUDA_HOME": "/usr/local/cuda"}
+# Quotas of one bash call over the whole workspace (all files together) and all its processes (tmpfs included).
+BASH_DISK_BYTES = 2 * 1024**3
+BASH_MEMORY_BYTES = 8 * 1024**3
 READ_LINES_DEFAULT = 2000
 GREP_MAX_MATCHES = 200
 GLOB_MAX_PATHS = 500
+GREP_MAX_FILE_BYTES = 8 * 1024 * 1024
 INFRA_NOTE = " (infrastructure error, not a verdict on your code: retry later)"
 
 
@@ -180,6 +186,8 @@ class BashTool(Tool):
                 max_processes=256,
                 max_file_bytes=256 * 1024**2,
                 max_output_bytes=cfg.tool_output_chars * 4,
+                disk_bytes=BASH_DISK_BYTES,
+                memory_bytes=BASH_MEMORY_BYTES,
             ),
         )
         result = run_sandboxed(spec)
@@ -189,6 +197,10 @@ class BashTool(Tool):
         parts = [f"exit code: {result.exit_code}" + (f" (killed by signal {result.signal})" if result.signal else "")]
         if result.timed_out:
             parts.append(f"timed out after {cfg.bash_timeout_s:g} s")
+        if result.limit_exceeded == "disk":
+            parts.append(f"killed: the workspace passed its disk quota ({BASH_DISK_BYTES // 2**20} MiB); delete files")
+        elif result.limit_exceeded == "memory":
+            parts.append(f"killed: the command passed its memory quota ({BASH_MEMORY_BYTES // 2**20} MiB)")
         parts.append("stdout:\n" + truncate(_text(result.stdout), half))
         parts.append("stderr:\n" + truncate(_text(result.stderr), half))
         return "\n".join(parts)
@@ -303,22 +315,16 @@ class GlobTool(Tool):
 
     def run(self, env: KernelEnv, args: dict[str, Any]) -> str:
         pattern = args["pattern"]
-        if pattern.startswith("/") or ".." in pattern.split("/"):
-            raise ToolError("pattern must be relative to the workspace and must not contain '..'")
-        root = env.workspace.root
-        paths = sorted(env.workspace.relative(p) for p in root.glob(pattern) if _inside(env, p) and p.is_file())
+        try:
+            paths = env.workspace.files(pattern)
+        except PathError as exc:
+            raise ToolError(f"pattern must be relative to the workspace and must not contain '..' ({exc})") from None
+        except ValueError as exc:  # pathlib's own complaints about a pattern, e.g. a '**' inside a name
+            raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from None
         if not paths:
             return f"no files match {pattern!r}"
         more = f"\n[{len(paths) - GLOB_MAX_PATHS} more not shown]" if len(paths) > GLOB_MAX_PATHS else ""
         return "\n".join(paths[:GLOB_MAX_PATHS]) + more
-
-
-def _inside(env: KernelEnv, path: Any) -> bool:
-    try:
-        env.workspace.resolve(env.workspace.relative(path))
-    except (PathError, ValueError):
-        return False
-    return True
 
 
 class GrepTool(Tool):
@@ -340,20 +346,26 @@ class GrepTool(Tool):
             regex = re.compile(args["pattern"], re.IGNORECASE if args.get("ignore_case") else 0)
         except re.error as exc:
             raise ToolError(f"invalid regular expression: {exc}") from None
-        base = env.workspace.resolve(args.get("path", "."))
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        base = PurePosixPath(env.workspace.check(args.get("path", "."))).as_posix()
+        if base != "." and safefs.exists(env.workspace.root, base):
+            files = [base]
+        else:
+            try:
+                files = env.workspace.files("**/*" if base == "." else f"{base}/**/*")
+            except ValueError as exc:  # pathlib refuses glob syntax it cannot use, e.g. '**' inside a name
+                raise ToolError(f"invalid path {base!r}: {exc}") from None
         name_glob = args.get("glob")
         matches: list[str] = []
         for path in files:
-            if not _inside(env, path) or (name_glob and not fnmatch.fnmatch(path.name, name_glob)):
+            if name_glob and not fnmatch.fnmatch(PurePosixPath(path).name, name_glob):
                 continue
             try:
-                text = path.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
-                continue  # binary files (built objects) are not searched
+                text = safefs.read_bytes(env.workspace.root, path, GREP_MAX_FILE_BYTES).decode("utf-8")
+            except (UnicodeDecodeError, safefs.UnsafePath):
+                continue  # binary files (built objects), big files and whatever changed under us are not searched
             for n, line in enumerate(text.splitlines(), start=1):
                 if regex.search(line):
-                    matches.append(f"{env.workspace.relative(path)}:{n}:{line}")
+                    matches.append(f"{path}:{n}:{line}")
                     if len(matches) >= GREP_MAX_MATCHES:
                         return "\n".join(matches) + f"\n[stopped at {GREP_MAX_MATCHES} matches; narrow the search]"
         return "\n".join(matches) if matches else "no matches"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import StreamingResponse
 
-from cuda_agent.api.auth import TenantDep
-from cuda_agent.api.deps import IdempotencyKeyDep
+from cuda_agent.api.auth import SERVICE_TENANT, TenantDep
+from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId
 from cuda_agent.contracts.common import JobKind, JobStatus
 from cuda_agent.contracts.jobs import JobView, ProbeRequest
 from cuda_agent.jobs import cancel_job, get_job, submit_job
@@ -19,13 +19,13 @@ EVENT_POLL_S = 0.5  # the database is the source of truth; polling it keeps the 
 
 
 @jobs_router.get("/jobs/{job_id}")
-def read_job(job_id: str, tenant: TenantDep) -> JobView:
+def read_job(job_id: ObjectId, tenant: TenantDep) -> JobView:
     """Status, progress and result of a job."""
     return JobView.model_validate(get_job(job_id, tenant))
 
 
 @jobs_router.get("/jobs/{job_id}/events")
-def job_events(job_id: str, tenant: TenantDep) -> StreamingResponse:
+def job_events(job_id: ObjectId, tenant: TenantDep) -> StreamingResponse:
     """Server-sent events: the job's view each time its status or progress changes, until it finishes."""
     get_job(job_id, tenant)  # 404 before the stream starts
 
@@ -45,13 +45,22 @@ def job_events(job_id: str, tenant: TenantDep) -> StreamingResponse:
 
 
 @jobs_router.post("/jobs/{job_id}/cancel")
-def cancel(job_id: str, tenant: TenantDep) -> JobView:
+def cancel(job_id: ObjectId, tenant: TenantDep) -> JobView:
     """Ask a job to stop."""
     return JobView.model_validate(cancel_job(job_id, tenant))
+
+
+# A probe that sleeps holds a worker (a GPU one on the eval queue): tenants get a short hold, the operator's
+# service key any hold up to the contract's bound (redelivery drills).
+TENANT_PROBE_SLEEP_S = 10.0
 
 
 @jobs_router.post("/probe", status_code=status.HTTP_202_ACCEPTED)
 def probe(body: ProbeRequest, tenant: TenantDep, idempotency_key: IdempotencyKeyDep = None) -> JobView:
     """Send a probe job through a queue; its result proves a worker of that queue runs and stores results."""
+    if body.sleep_s > TENANT_PROBE_SLEEP_S and tenant != SERVICE_TENANT:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"sleep_s above {TENANT_PROBE_SLEEP_S:.0f} s needs the service key"
+        )
     job = submit_job(JobKind.PROBE, body, idempotency_key=idempotency_key, tenant=tenant, queue=body.queue)
     return JobView.model_validate(job)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 
+from fastapi import HTTPException, status
 from pydantic import BaseModel
 from starlette.responses import JSONResponse
 
 from cuda_agent.contracts.common import JobKind, JobStatus
 from cuda_agent.contracts.jobs import JobView
-from cuda_agent.jobs import submit_job, wait_for_job
+from cuda_agent.jobs import TenantLimitExceeded, submit_job, wait_for_job
+
+# A slot frees when one of the tenant's jobs ends; rollouts take minutes, so polling faster gains nothing.
+LIMIT_RETRY_AFTER_S = 30
 
 
 def submit_and_respond(
@@ -19,9 +23,16 @@ def submit_and_respond(
     wait_s: float,
     idempotency_key: str | None,
     tenant: str | None = None,
+    limit: int | None = None,
 ) -> JSONResponse:
-    """200 with the finished job when it ends within ``wait_s``; else 202 with the job to poll."""
-    job = submit_job(kind, request, idempotency_key=idempotency_key, tenant=tenant)
+    """200 with the finished job when it ends within ``wait_s``; else 202 with the job to poll; 429 when the
+    tenant already has ``limit`` jobs of this kind queued or running."""
+    try:
+        job = submit_job(kind, request, idempotency_key=idempotency_key, tenant=tenant, limit=limit)
+    except TenantLimitExceeded as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": str(LIMIT_RETRY_AFTER_S)}
+        ) from None
     if wait_s > 0:
         with contextlib.suppress(TimeoutError):
             job = wait_for_job(job.id, timeout_s=wait_s)

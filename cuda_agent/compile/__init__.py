@@ -4,7 +4,7 @@
 ``materialize_artifact`` prepares a candidate process that only loads what was built here.
 """
 
-from cuda_agent.compile.builder import compile_candidate
+from cuda_agent.compile.builder import compile_candidate, scratch_roots
 from cuda_agent.compile.diagnostics import classify, parse_diagnostics, parse_resources
 from cuda_agent.compile.store import (
     TORCH_EXT_SANDBOX_DIR,
@@ -31,5 +31,6 @@ __all__ = [
     "pack_artifact",
     "parse_diagnostics",
     "parse_resources",
+    "scratch_roots",
     "unpack_artifact",
 ]

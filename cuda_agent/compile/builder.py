@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 import time
 import uuid
@@ -15,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from cuda_agent import safefs
 from cuda_agent.compile import store
 from cuda_agent.compile.diagnostics import parse_diagnostics, parse_resources
 from cuda_agent.compile.manifest import build_manifest, check_includes, parse_launchers
@@ -155,11 +155,17 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
         log.exception("compile infrastructure failure")
         return _error(key, f"build infrastructure failed: {exc}", started, status=CompileStatus.SANDBOX_ERROR)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        safefs.remove_tree(scratch)
 
 
 def _cache_root() -> Path:
     return get_settings().data_dir / "compile_cache"
+
+
+def scratch_roots() -> list[Path]:
+    """The directories that hold one child per build in progress (its scratch, its staging artifact); a build
+    killed with its worker leaves its child behind, for ``cuda_agent.sandbox.sweep_stale`` at start-up."""
+    return [_cache_root() / "tmp", store.artifacts_root() / ".staging"]
 
 
 def _limits(deadline: float) -> SandboxLimits:
@@ -171,6 +177,8 @@ def _limits(deadline: float) -> SandboxLimits:
         max_processes=s.compile_max_processes,
         max_file_bytes=s.compile_max_file_bytes,
         max_output_bytes=256 * 1024,
+        disk_bytes=s.compile_disk_bytes,
+        memory_bytes=s.compile_memory_quota_bytes,
     )
 
 
@@ -204,6 +212,11 @@ def _check_run(result: SandboxResult, key: str, started: float, what: str) -> st
                 status=CompileStatus.SANDBOX_ERROR,
                 log_text=output,
             )
+        )
+    if result.limit_exceeded is not None:
+        message = f"{what} exceeded the sandbox's {result.limit_exceeded} quota and was killed"
+        raise _BuildFailed(
+            _error(key, message, started, [Diagnostic(message=message, code="resource_limit")], log_text=output)
         )
     if result.timed_out:
         raise _BuildFailed(
@@ -300,6 +313,7 @@ def _build_project(
 
     objects_dir = _cache_root() / "objects"
     objects_dir.mkdir(parents=True, exist_ok=True)
+    max_file = get_settings().compile_max_file_bytes
     (scratch / "obj").mkdir()
     tools = _toolchain(req.device, CandidateForm.PROJECT)
     # An object depends on its unit, every header, and any unit another file #includes.
@@ -325,17 +339,17 @@ def _build_project(
                 "tools": tools,
             }
         )
-        cached_obj, cached_log = objects_dir / f"{obj_key}.o", objects_dir / f"{obj_key}.log"
-        local = scratch / "obj" / (unit.replace("/", "__") + ".o")
-        if cached_obj.exists() and cached_log.exists():
-            shutil.copyfile(cached_obj, local)
-            return cached_log.read_text()
-        argv = _unit_argv(unit, str(local), req.device, arch, extra)
+        cached_obj, cached_log = f"{obj_key}.o", f"{obj_key}.log"
+        local = unit.replace("/", "__") + ".o"
+        if safefs.exists(objects_dir, cached_obj) and safefs.exists(objects_dir, cached_log):
+            # The cache is ours, but scratch/obj is writable by every unit's sandbox: write, never follow.
+            safefs.write_bytes(scratch / "obj", local, safefs.read_bytes(objects_dir, cached_obj, max_file))
+            return safefs.read_text(objects_dir, cached_log, _LOG_LIMIT * 4)
+        argv = _unit_argv(unit, str(scratch / "obj" / local), req.device, arch, extra)
         output = _check_run(_sandboxed(argv, scratch / "src", deadline), key, started, f"compiling {unit}")
-        tmp = objects_dir / f".{obj_key}.{uuid.uuid4().hex}"
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, cached_obj)
-        cached_log.write_text(output)
+        obj = _built_file(scratch / "obj", local, max_file, key, started)
+        safefs.write_bytes(objects_dir, cached_obj, obj)  # written whole under a temporary name, then renamed
+        safefs.write_text(objects_dir, cached_log, output)
         return output
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
@@ -351,7 +365,8 @@ def _build_project(
         link = ["g++", "-shared", "-fopenmp", "-o", lib, *objs, "-Wl,--no-undefined"]
     script = f"{' '.join(map(_quote, link))} && nm -D --defined-only {_quote(lib)} > {_quote(str(out / 'symbols'))}"
     link_log = _check_run(_sandboxed(["bash", "-c", script], scratch / "src", deadline), key, started, "linking")
-    exported = {line.split()[-1] for line in (out / "symbols").read_text().splitlines() if line.strip()}
+    symbols = _built_file(out, "symbols", _LOG_LIMIT * 16, key, started).decode(errors="replace")
+    exported = {line.split()[-1] for line in symbols.splitlines() if line.strip()}
     missing = [f for f in functions if f["name"] not in exported]
     if missing:
         diags = [
@@ -365,11 +380,11 @@ def _build_project(
         ]
         return _error(key, _summary(diags, "launcher missing"), started, diags)
 
+    library = _built_file(out, LIBRARY_NAME, max_file, key, started)
     staging = store.new_staging()
-    (staging / "kernels").mkdir()
-    shutil.copyfile(lib, staging / "kernels" / LIBRARY_NAME)
+    safefs.write_bytes(staging, f"kernels/{LIBRARY_NAME}", library)
     manifest = build_manifest(req.device.value, functions)
-    (staging / "kernels" / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1))
+    safefs.write_text(staging, f"kernels/{MANIFEST_NAME}", json.dumps(manifest, indent=1))
     build_log = "\n".join([*logs, link_log])
     diagnostics = parse_diagnostics(build_log)
     result = CompileResult(
@@ -386,6 +401,19 @@ def _build_project(
         key, staging, store.BuildRecord(form=CandidateForm.PROJECT, device=req.device, arch=arch, result=result)
     )
     return result
+
+
+def _built_file(directory: Path, name: str, limit: int, key: str, started: float) -> bytes:
+    """A file the sandboxed build left: read without following links, bounded; anything else fails the build."""
+    try:
+        return safefs.read_bytes(directory, name, limit)
+    except safefs.UnsafePath as exc:
+        raise _BuildFailed(_unsafe_output(key, started, exc)) from None
+
+
+def _unsafe_output(key: str, started: float, exc: safefs.UnsafePath) -> CompileResult:
+    message = f"the build left an output the platform refuses to read: {exc}"
+    return _error(key, message, started, [Diagnostic(message=message, code="unsafe_output")])
 
 
 def _quote(arg: str) -> str:
@@ -408,9 +436,14 @@ def _build_kernelbench(
         [sys.executable, "-c", "import model_new"], scratch / "src", deadline, env, [(ext, store.TORCH_EXT_SANDBOX_DIR)]
     )
     output = _check_run(result, key, started, "importing model_new.py")
-    built = sorted(p.parent.name for p in ext.rglob("*.so"))
     staging = store.new_staging()
-    shutil.copytree(ext, staging / "torch_extensions", symlinks=True)
+    try:
+        store.copy_artifact_tree(ext, staging / "torch_extensions")
+    except safefs.UnsafePath as exc:
+        safefs.remove_tree(staging)
+        return _unsafe_output(key, started, exc)
+    files = safefs.walk_files(staging / "torch_extensions", max_files=store.ARTIFACT_MAX_FILES)
+    built = sorted({PurePosixPath(f).parent.name for f in files if f.endswith(".so")})
     diagnostics = parse_diagnostics(output)
     compile_result = CompileResult(
         status=CompileStatus.OK,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import shutil
 import tarfile
 import uuid
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, Field
 
+from cuda_agent import safefs
 from cuda_agent.contracts.common import Device
 from cuda_agent.contracts.compile import CandidateForm, CompileResult
 from cuda_agent.settings import get_settings
@@ -31,6 +31,10 @@ RECORD_NAME = "build.json"
 # directory at this one path inside the sandbox, so ninja finds it up to date instead of rebuilding.
 TORCH_EXT_SANDBOX_DIR = Path("/cuda_agent_torch_extensions")
 _KEY = re.compile(r"[0-9a-f]{64}")
+# Bounds on what is read back from a build's directories: a record holds at most a 64 KiB log and diagnostics;
+# an extension directory holds a handful of sources, objects and one library per extension.
+RECORD_MAX_BYTES = 16 * 1024**2
+ARTIFACT_MAX_FILES = 10_000
 
 
 class ArtifactError(RuntimeError):
@@ -69,14 +73,33 @@ def artifact_dir(key: str) -> Path:
 
 
 def has_artifact(key: str) -> bool:
-    return (artifact_dir(key) / RECORD_NAME).is_file()
+    return safefs.exists(artifact_dir(key), RECORD_NAME)
 
 
 def read_record(key: str) -> BuildRecord:
+    if not has_artifact(key):
+        raise ArtifactError(f"artifact {key} does not exist here")
+    return _parse_record(artifact_dir(key), key)
+
+
+def _parse_record(directory: Path, key: str) -> BuildRecord:
     try:
-        return BuildRecord.model_validate_json((artifact_dir(key) / RECORD_NAME).read_text())
-    except FileNotFoundError:
-        raise ArtifactError(f"artifact {key} does not exist here") from None
+        return BuildRecord.model_validate_json(safefs.read_bytes(directory, RECORD_NAME, RECORD_MAX_BYTES))
+    except (OSError, ValueError) as exc:  # UnsafePath and pydantic's ValidationError are ValueErrors
+        raise ArtifactError(f"artifact {key}: unreadable {RECORD_NAME}: {exc}") from None
+
+
+def copy_artifact_tree(src: Path, dst: Path) -> int:
+    """Copy a directory a build wrote (or an artifact made of one) without following anything planted in it:
+    links, FIFOs and device nodes are refused (``safefs.UnsafePath``), hard links become independent copies, and
+    the total is bounded by the build's disk quota. Modification times are kept: ninja compares them, and a
+    fresh mtime on a source would make the extension rebuild where it should only load."""
+    copied = safefs.copy_tree(src, dst, max_bytes=get_settings().compile_disk_bytes, max_files=ARTIFACT_MAX_FILES)
+    for rel in safefs.walk_files(dst, max_files=ARTIFACT_MAX_FILES):
+        # Only the time stamp is taken from ``src``; nothing that writes ``src`` runs any more.
+        info = os.stat(src / rel, follow_symlinks=False)
+        os.utime(dst / rel, ns=(info.st_atime_ns, info.st_mtime_ns), follow_symlinks=False)
+    return copied
 
 
 def new_staging() -> Path:
@@ -87,14 +110,14 @@ def new_staging() -> Path:
 
 def publish(key: str, staging: Path, record: BuildRecord) -> Path:
     """Move a finished staging directory into place; a concurrent identical build may have won, which is fine."""
-    (staging / RECORD_NAME).write_text(record.model_dump_json(indent=1))
+    safefs.write_text(staging, RECORD_NAME, record.model_dump_json(indent=1))
     final = artifact_dir(key)
     try:
         os.rename(staging, final)
     except OSError:
         if not has_artifact(key):
             raise
-        shutil.rmtree(staging, ignore_errors=True)
+        safefs.remove_tree(staging)
     return final
 
 
@@ -118,9 +141,9 @@ def unpack_artifact(key: str, data: bytes) -> Path:
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             tar.extractall(staging, filter="data")
-        record = BuildRecord.model_validate_json((staging / RECORD_NAME).read_text())
-    except (tarfile.TarError, OSError, ValueError) as exc:
-        shutil.rmtree(staging, ignore_errors=True)
+        record = _parse_record(staging, key)
+    except (tarfile.TarError, OSError, ArtifactError) as exc:
+        safefs.remove_tree(staging)
         raise ArtifactError(f"artifact {key}: bad archive: {exc}") from None
     return publish(key, staging, record)
 
@@ -149,17 +172,20 @@ def materialize_artifact(key: str, dest_dir: Path, base_url: str | None = None) 
     PROJECT: ``dest_dir/kernels`` with the library and manifest; env ``CUDA_AGENT_KERNELS_DIR`` points there.
     KERNELBENCH: ``dest_dir/torch_extensions``, bound at ``TORCH_EXT_SANDBOX_DIR`` (the path it was built at) with
     env ``TORCH_EXTENSIONS_DIR`` and the same ``TORCH_CUDA_ARCH_LIST``, so ``load_inline`` only loads. The copy is
-    writable because torch takes a lock file in it; copying keeps mtimes, which ninja compares.
+    writable because torch takes a lock file in it; copying keeps mtimes, which ninja compares. A link, FIFO or
+    device node in the artifact (an archive from elsewhere may carry one) fails with ``ArtifactError``.
     """
     root = ensure_artifact(key, base_url)
     record = read_record(key)
     dest_dir.mkdir(parents=True, exist_ok=True)
+    name = "kernels" if record.form is CandidateForm.PROJECT else "torch_extensions"
+    target = dest_dir / name
+    try:
+        copy_artifact_tree(root / name, target)
+    except safefs.UnsafePath as exc:
+        raise ArtifactError(f"artifact {key}: {exc}") from None
     if record.form is CandidateForm.PROJECT:
-        target = dest_dir / "kernels"
-        shutil.copytree(root / "kernels", target, dirs_exist_ok=True)
         return CandidateRuntime(env={"CUDA_AGENT_KERNELS_DIR": str(target)})
-    target = dest_dir / "torch_extensions"
-    shutil.copytree(root / "torch_extensions", target, dirs_exist_ok=True)
     env = {"TORCH_EXTENSIONS_DIR": str(TORCH_EXT_SANDBOX_DIR), "MAX_JOBS": "2"}
     if record.torch_cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = record.torch_cuda_arch_list

@@ -11,11 +11,21 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from cuda_agent.contracts.common import Device, TolerancePreset
+from cuda_agent.contracts.common import MAX_NAME_CHARS, MAX_SOURCE_CHARS, Device, RequestModel, TolerancePreset
 from cuda_agent.contracts.compile import CandidateForm, CandidateSource
-from cuda_agent.contracts.eval import EvalResult
+from cuda_agent.contracts.eval import (
+    MAX_CORRECTNESS_TRIALS,
+    MAX_EVAL_TIMEOUT_S,
+    MAX_TIMING_TRIALS,
+    MAX_WARMUP,
+    EvalResult,
+)
+
+# Token counts a request may ask for (context window, one completion).
+MAX_CONTEXT_TOKENS = 2_000_000
+MAX_COMPLETION_TOKENS = 262_144
 
 
 def _now() -> datetime:
@@ -109,31 +119,108 @@ class RolloutConfig(BaseModel):
     """Limits and evaluation settings of one rollout; None fields fall back to settings."""
 
     max_turns: int | None = Field(None, ge=1, le=200, description="None: settings.agent_max_turns.")
-    context_tokens: int | None = Field(None, ge=1024, description="None: settings.agent_context_tokens.")
-    response_reserve_tokens: int = Field(4096, ge=0, description="Context kept free for the next response.")
-    wall_clock_s: float | None = Field(None, gt=0, description="None: no wall-clock limit.")
+    context_tokens: int | None = Field(
+        None, ge=1024, le=MAX_CONTEXT_TOKENS, description="None: settings.agent_context_tokens."
+    )
+    response_reserve_tokens: int = Field(
+        4096, ge=0, le=MAX_COMPLETION_TOKENS, description="Context kept free for the next response."
+    )
+    wall_clock_s: float | None = Field(None, gt=0, le=7 * 86400, description="None: no wall-clock limit.")
     form: CandidateForm = CandidateForm.PROJECT
     device: Device = Device.CUDA
     tolerance: TolerancePreset = TolerancePreset.KERNELBENCH
-    correctness_trials: int = Field(5, ge=1)
-    timing_trials: int = Field(100, ge=1)
-    warmup: int = Field(10, ge=0)
+    correctness_trials: int = Field(5, ge=1, le=MAX_CORRECTNESS_TRIALS)
+    timing_trials: int = Field(100, ge=1, le=MAX_TIMING_TRIALS)
+    warmup: int = Field(10, ge=0, le=MAX_WARMUP)
     allow_torch_compute: bool = False
     measure_baselines: bool = Field(True, description="Time eager/torch.compile baselines (speedups, reward 2/3).")
-    bash_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one bash call.")
-    tool_output_chars: int = Field(16_000, ge=1000, description="Tool output beyond this is cut, with a note.")
+    bash_timeout_s: float = Field(120.0, gt=0, le=MAX_EVAL_TIMEOUT_S, description="Wall-clock limit of one bash call.")
+    tool_output_chars: int = Field(
+        16_000, ge=1000, le=1_000_000, description="Tool output beyond this is cut, with a note."
+    )
 
 
-class RolloutRequest(BaseModel):
+class OpenAIPolicyOptions(BaseModel):
+    """What a request may set on the `openai` policy. Where it sends requests and with which key is the operator's
+    choice (settings.llm_endpoints): a request names one of the configured endpoints, never a URL or a key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str = Field(
+        "default", max_length=64, pattern=r"^[A-Za-z0-9._-]+$", description="A configured endpoint's name."
+    )
+    model: str | None = Field(
+        None, max_length=MAX_NAME_CHARS, description="None: the endpoint's model; else one it allows."
+    )
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_COMPLETION_TOKENS)
+    logprobs: bool = True
+    return_token_ids: bool = Field(False, description="vLLM extension: token ids of prompt and completion.")
+    timeout_s: float = Field(600.0, gt=0, le=3600.0, description="Limit of one chat-completions call.")
+    max_retries: int = Field(5, ge=0, le=10)
+    backoff_s: float = Field(1.0, ge=0.0, le=60.0)
+    max_backoff_s: float = Field(60.0, ge=0.0, le=600.0)
+
+
+class ReplayPolicyOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    trajectory: dict[str, Any] = Field(description="A recorded trajectory (JSON) whose actions are replayed.")
+
+
+class HeuristicPolicyOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# The options each built-in policy takes from a request. An allow-list: anything else is refused by name.
+POLICY_OPTIONS: dict[str, type[BaseModel]] = {
+    "openai": OpenAIPolicyOptions,
+    "replay": ReplayPolicyOptions,
+    "heuristic": HeuristicPolicyOptions,
+}
+# Never taken from a request, whatever the policy: they would send the operator's key to the caller's server.
+OPERATOR_ONLY_OPTIONS = ("base_url", "api_key")
+
+
+class RolloutRequest(RequestModel):
     """One optimize job as the job layer submits it."""
 
-    problem_source: str = Field(description="KernelBench problem file: Model, get_inputs, get_init_inputs.")
-    problem_id: str | None = None
-    policy: str = Field("openai", description="Registered policy name.")
+    problem_source: str = Field(
+        description="KernelBench problem file: Model, get_inputs, get_init_inputs.", max_length=MAX_SOURCE_CHARS
+    )
+    problem_id: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    policy: str = Field("openai", max_length=64, description="Registered policy name.")
     policy_options: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments of the policy; endpoint secrets come from settings."
+        default_factory=dict,
+        description="Options of the policy (`openai`: endpoint, model, sampling; `replay`: trajectory). Endpoint "
+        "URLs and keys are the operator's: a request names a configured endpoint.",
     )
     config: RolloutConfig = Field(default_factory=RolloutConfig)
+
+    @field_validator("policy_options")
+    @classmethod
+    def _allowed_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        for name in OPERATOR_ONLY_OPTIONS:
+            if name in options:
+                raise ValueError(
+                    f"{name} is operator configuration and cannot be set by a request: choose one of the "
+                    "configured endpoints by name (policy_options.endpoint)"
+                )
+        schema = POLICY_OPTIONS.get(info.data.get("policy", ""))
+        if schema is None:  # a policy registered by the operator's own code: it checks its own options
+            return options
+        try:
+            checked = schema.model_validate(options)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValueError(
+                f"{where}: {first['msg']} (the {info.data['policy']} policy takes: "
+                f"{', '.join(schema.model_fields) or 'no options'})"
+            ) from None
+        # Only what the request set, so the policy's own defaults still apply to the rest.
+        return checked.model_dump(exclude_unset=True)
 
 
 class Trajectory(BaseModel):

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from cuda_agent.contracts.common import CompileStatus, Device
+from cuda_agent.contracts.common import (
+    MAX_CANDIDATE_FILES,
+    MAX_NAME_CHARS,
+    MAX_PATH_CHARS,
+    MAX_SOURCE_CHARS,
+    CompileStatus,
+    Device,
+    RequestModel,
+)
 
 
 class CandidateForm(StrEnum):
@@ -21,19 +29,49 @@ class CandidateSource(BaseModel):
     """A candidate as submitted: relative path -> file text. KERNELBENCH holds `model_new.py` only."""
 
     form: CandidateForm
-    files: dict[str, str] = Field(description="Relative path -> content; `model_new.py` is always present.")
+    files: dict[str, str] = Field(
+        description=f"Relative path -> content; `model_new.py` is always present. At most {MAX_CANDIDATE_FILES} "
+        f"files of {MAX_SOURCE_CHARS} characters each, paths of at most {MAX_PATH_CHARS}.",
+        max_length=MAX_CANDIDATE_FILES,
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _bounded(cls, files: dict[str, str]) -> dict[str, str]:
+        for name, text in files.items():
+            if not name or len(name) > MAX_PATH_CHARS:
+                raise ValueError(f"file path {name[:80]!r} must be 1-{MAX_PATH_CHARS} characters")
+            if len(text) > MAX_SOURCE_CHARS:
+                raise ValueError(f"{name}: {len(text)} characters, more than the limit of {MAX_SOURCE_CHARS}")
+        return files
 
     @property
     def model_new(self) -> str:
         return self.files["model_new.py"]
 
 
-class CompileRequest(BaseModel):
+class CompileRequest(RequestModel):
     candidate: CandidateSource
     device: Device = Device.CUDA
-    arch: str | None = Field(None, description="e.g. sm_90a; None: from settings, the local GPU, else sm_90.")
-    extra_flags: list[str] = Field(default_factory=list, description="Extra nvcc/g++ flags (allow-listed).")
-    timeout_s: float | None = Field(None, description="Wall-clock limit; None: settings.compile_timeout_s.")
+    arch: str | None = Field(
+        None,
+        max_length=32,
+        pattern=r"^[a-z0-9_]+$",
+        description="e.g. sm_90a; None: from settings, the local GPU, else sm_90.",
+    )
+    extra_flags: list[str] = Field(
+        default_factory=list, max_length=32, description="Extra nvcc/g++ flags (allow-listed)."
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, le=3600, description="Wall-clock limit; None: settings.compile_timeout_s."
+    )
+
+    @field_validator("extra_flags")
+    @classmethod
+    def _short_flags(cls, flags: list[str]) -> list[str]:
+        if too_long := next((f for f in flags if len(f) > MAX_NAME_CHARS), None):
+            raise ValueError(f"flag {too_long[:40]!r}... is longer than {MAX_NAME_CHARS} characters")
+        return flags
 
 
 class Diagnostic(BaseModel):

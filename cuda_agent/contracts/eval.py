@@ -6,23 +6,36 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from cuda_agent.contracts.common import Device, EvalStatus, TolerancePreset
+from cuda_agent.contracts.common import MAX_SOURCE_CHARS, Device, EvalStatus, RequestModel, TolerancePreset
 from cuda_agent.contracts.compile import CandidateSource
 
+# A compiled artifact's content address (compile.store.check_key).
+ARTIFACT_KEY_PATTERN = r"^[0-9a-f]{64}$"
+# Trial counts and limits a tenant may ask for: enough for any measurement, bounded in memory and time (2e7
+# trials once took an eval server from 0.6 to 2.4 GB).
+MAX_CORRECTNESS_TRIALS = 100
+MAX_TIMING_TRIALS = 10_000
+MAX_WARMUP = 1_000
+MAX_EVAL_TIMEOUT_S = 3600.0
 
-class EvalRequest(BaseModel):
-    problem_source: str = Field(description="KernelBench problem file: Model, get_inputs, get_init_inputs.")
+
+class EvalRequest(RequestModel):
+    problem_source: str = Field(
+        description="KernelBench problem file: Model, get_inputs, get_init_inputs.", max_length=MAX_SOURCE_CHARS
+    )
     candidate: CandidateSource
-    artifact_key: str | None = Field(None, description="Compiled artifact of the candidate (compile_svc).")
+    artifact_key: str | None = Field(
+        None, pattern=ARTIFACT_KEY_PATTERN, description="Compiled artifact of the candidate (compile_svc)."
+    )
     device: Device = Device.CUDA
     tolerance: TolerancePreset = TolerancePreset.KERNELBENCH
-    correctness_trials: int = Field(5, ge=1)
-    timing_trials: int = Field(100, ge=1)
-    warmup: int = Field(10, ge=0)
+    correctness_trials: int = Field(5, ge=1, le=MAX_CORRECTNESS_TRIALS)
+    timing_trials: int = Field(100, ge=1, le=MAX_TIMING_TRIALS)
+    warmup: int = Field(10, ge=0, le=MAX_WARMUP)
     measure_baselines: bool = Field(True, description="Time eager and torch.compile baselines (cached).")
     allow_torch_compute: bool = Field(False, description="The problem allows PyTorch compute in forward.")
     timeout_s: float | None = Field(
-        None, gt=0, description="Wall-clock limit per child; None: settings.eval_timeout_s."
+        None, gt=0, le=MAX_EVAL_TIMEOUT_S, description="Wall-clock limit per child; None: settings.eval_timeout_s."
     )
 
 
@@ -91,12 +104,25 @@ class EvalResult(BaseModel):
         description="Where the time went: event -> seconds since the evaluation started ('candidate.timing', ...). "
         "Child events are reported by the children themselves: diagnostics, never verdict inputs.",
     )
+    peak_memory_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Peaks per child: device memory torch allocated ('reference', 'candidate'; GPU only) and "
+        "resident host memory ('reference_host', 'candidate_host').",
+    )
+    memory_plan: dict[str, int] = Field(
+        default_factory=dict,
+        description="Bytes of one trial from a meta-device pass over the reference: input_bytes, output_bytes, "
+        "parameter_bytes, reference_bytes, candidate_bytes, free_bytes (empty when the pass was impossible).",
+    )
+    disk_bytes_written: int | None = Field(
+        None, description="Bytes the evaluation's child directories held at the end (problem, candidate, artifact)."
+    )
 
 
-class ProfileRequest(BaseModel):
-    problem_source: str
+class ProfileRequest(RequestModel):
+    problem_source: str = Field(max_length=MAX_SOURCE_CHARS)
     candidate: CandidateSource
-    artifact_key: str | None = None
+    artifact_key: str | None = Field(None, pattern=ARTIFACT_KEY_PATTERN)
 
 
 class KernelProfile(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cuda_agent.contracts.common import JobKind, JobStatus, QueueName
+from cuda_agent.contracts.common import MAX_NAME_CHARS, JobKind, JobStatus, QueueName, RequestModel
 
 
 class JobView(BaseModel):
@@ -26,7 +26,7 @@ class JobView(BaseModel):
     finished_at: datetime | None = None
 
 
-class ProbeRequest(BaseModel):
+class ProbeRequest(RequestModel):
     queue: QueueName = QueueName.COMPILE
-    echo: str | None = None
+    echo: str | None = Field(None, max_length=MAX_NAME_CHARS)
     sleep_s: float = Field(0.0, ge=0.0, le=600.0, description="Hold the worker this long (redelivery tests).")

@@ -61,12 +61,16 @@ class Candidate(TimestampMixin, Base):
 
 
 class Job(TimestampMixin, Base):
-    """One unit of queued work. The idempotency key makes a resubmission or a redelivery find the same row."""
+    """One unit of queued work. The idempotency digest makes a resubmission find the same row; the lease tells a
+    redelivery of a dead attempt (take over) from a duplicate of a live one (ignore)."""
 
     __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("idempotency_digest", name="uq_jobs_idempotency_digest"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_uuid)
-    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    # SHA-256 of (tenant, kind, client key): fixed length whatever the client sends, scoped so that neither another
+    # tenant nor another job kind can collide with it. NULL when the client sent no key.
+    idempotency_digest: Mapped[str | None] = mapped_column(String(64))
     kind: Mapped[JobKind] = mapped_column(_enum(JobKind, "job_kind"))
     queue: Mapped[QueueName] = mapped_column(_enum(QueueName, "queue_name"))
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus, "job_status"), default=JobStatus.QUEUED, index=True)
@@ -79,6 +83,11 @@ class Job(TimestampMixin, Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When a message for this job was last handed to the broker (NULL: never, e.g. the broker was down at submit).
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The attempt that runs the job ("host:pid:token") and until when it is presumed alive without a heartbeat.
+    lease_owner: Mapped[str | None] = mapped_column(String(128))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class CompileResultRow(TimestampMixin, Base):
@@ -90,7 +99,7 @@ class CompileResultRow(TimestampMixin, Base):
     candidate_id: Mapped[str | None] = mapped_column(ForeignKey("candidates.id", ondelete="SET NULL"))
     cache_key: Mapped[str] = mapped_column(String(64), index=True)
     status: Mapped[CompileStatus] = mapped_column(_enum(CompileStatus, "compile_status"))
-    artifact_key: Mapped[str | None] = mapped_column(String(64))
+    artifact_key: Mapped[str | None] = mapped_column(String(64), index=True)
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
     diagnostics: Mapped[list[Any]] = mapped_column(default=list)
     resources: Mapped[list[Any]] = mapped_column(default=list)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,17 +19,44 @@ from cuda_agent.settings import ConfigError, get_settings
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
-@functools.cache
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
 def _engine_for(url: str) -> Engine:
+    """One engine per process and URL."""
+    with _ENGINES_LOCK:
+        if url not in _ENGINES:
+            _ENGINES[url] = _create_engine(url)
+        return _ENGINES[url]
+
+
+def _create_engine(url: str) -> Engine:
     try:
         if url.startswith("sqlite"):
             engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
             # Foreign keys are off by default in SQLite; WAL lets the API read while a job writes.
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        # A bounded connect: an unreachable database fails a job step (which retries) instead of hanging a
+        # worker's event loop, where the job sweep runs.
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args={"connect_timeout": 10}
+        )
     except (ArgumentError, ValueError) as exc:
         raise ConfigError(f"invalid database URL {url!r}: {exc}") from None
+
+
+def _forget_inherited_connections() -> None:
+    # A forked child (a Celery pool process) must not use the connections its parent opened: two processes on one
+    # socket corrupt both sessions. close=False leaves them to the parent (psycopg does not close them at garbage
+    # collection in another process) and the child opens its own. SQLAlchemy docs: "Using Connection Pools with
+    # Multiprocessing or os.fork()".
+    for engine in _ENGINES.values():
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_inherited_connections)
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:

@@ -2,10 +2,12 @@
 
 Before an evaluation child can do anything it pays seconds of start-up: Python, torch and torch._dynamo imports.
 A *warm* child is started ahead of its work, with an empty working directory, imports all that, and blocks on its
-standard input. The evaluation that takes it writes the problem, the candidate and ``job.json`` into that directory
-and sends one line; the wall-clock limit runs from then. Taking a warm child starts its replacement, so on a busy
-GPU worker the start-up of the next candidate's processes overlaps the current evaluation. Nothing is shared
-between jobs: a child that ran one job is never reused, and its directory is deleted with it.
+channel: one end of a Unix socket pair, inherited into the sandbox at a descriptor named on its command line. The
+evaluation that takes it writes the problem and the candidate into that directory and sends the job over the
+channel; from then on parent and child talk in lockstep (``child/protocol.py``) and nothing the child writes to
+disk is ever read back. Taking a warm child starts its replacement, so on a busy GPU worker the start-up of the
+next candidate's processes overlaps the current evaluation. Nothing is shared between jobs: a child that ran one
+job is never reused, and its directory is deleted with it.
 
 Every child sees the same mounts whatever its job: its working directory (read-write) and, inside it,
 ``artifact/torch_extensions`` bound at the path load_inline extensions were built at (empty unless the job is a
@@ -17,7 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -26,12 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuda_agent.compile.store import TORCH_EXT_SANDBOX_DIR
-from cuda_agent.eval.protocol import JOB_FILE
+from cuda_agent.eval.child.channel import Channel
+from cuda_agent.eval.memory import CPU_ADDRESS_SPACE
+from cuda_agent.safefs import remove_tree
 from cuda_agent.sandbox import SandboxLimits, SandboxProcess, SandboxResult, SandboxSpec, start_sandboxed
+from cuda_agent.settings import get_settings
 
 EXTENSIONS_SUBDIR = Path("artifact") / "torch_extensions"
-CPU_ADDRESS_SPACE = 16 * 1024**3
-GO = b"go\n"
+# One directory per child below this root: a worker killed mid-evaluation leaves its children's directories here,
+# where the start-up sweep (cuda_agent.sandbox.sweep_stale) finds them.
+CHILDREN_ROOT = Path(tempfile.gettempdir()) / "cuda-agent-children"
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class ChildSlot:
     readonly: tuple[str, ...] = ()
     process: SandboxProcess | SandboxResult | None = None  # a SandboxResult when the sandbox failed to start
     warm: bool = False
+    channel: Channel | None = None  # the parent's end of the child's socket pair
 
     @property
     def workdir(self) -> Path:
@@ -67,12 +74,17 @@ class ChildSlot:
         if isinstance(self.process, SandboxProcess) and self.process.alive:
             self.process.kill()
             self.process.wait(10)
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        # Never follows a link the child planted (safefs.remove_tree).
+        remove_tree(self.root)
 
 
 def new_slot(key: ChildKey, argv_prefix: tuple[str, ...] = (), readonly: tuple[str, ...] = ()) -> ChildSlot:
-    """A directory for one child; its process starts in ``run_job`` (cold) or ``start_warm``."""
-    root = Path(tempfile.mkdtemp(prefix="cuda-agent-child-"))
+    """A directory for one child; its process starts in ``ensure_started`` (cold) or ``start_warm``."""
+    CHILDREN_ROOT.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="child-", dir=CHILDREN_ROOT))
     (root / "work" / EXTENSIONS_SUBDIR).mkdir(parents=True)
     return ChildSlot(key, root, argv_prefix, readonly)
 
@@ -86,6 +98,7 @@ def start_warm(key: ChildKey) -> ChildSlot:
 def _start(slot: ChildSlot, *, warm: bool) -> None:
     key, workdir = slot.key, slot.workdir
     cuda = key.device == "cuda"
+    settings = get_settings()
     # The sandbox supplies PATH, PYTHONPATH (the cuda_agent package, read-only) and a private /tmp.
     env = {
         "HOME": str(workdir),
@@ -94,9 +107,12 @@ def _start(slot: ChildSlot, *, warm: bool) -> None:
         "CUDA_VISIBLE_DEVICES": str(key.gpu_index) if cuda and key.gpu_index is not None else "",
         "OMP_NUM_THREADS": key.omp_threads,
     }
-    argv = [*slot.argv_prefix, sys.executable, "-P", "-m", "cuda_agent.eval.child", str(workdir / JOB_FILE)]
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = child_end.fileno()
+    argv = [*slot.argv_prefix, sys.executable, "-P", "-m", "cuda_agent.eval.child", "--channel", str(fd)]
     spec = SandboxSpec(
-        argv=[*argv, "--wait"] if warm else argv,
+        argv=argv,
+        pass_fds=[fd],
         cwd=workdir,
         writable_paths=[workdir],
         readonly_paths=[Path(p) for p in slot.readonly],
@@ -105,34 +121,35 @@ def _start(slot: ChildSlot, *, warm: bool) -> None:
         gpu=cuda,
         network=False,
         limits=SandboxLimits(
-            wall_time_s=0,  # unused: run_job gives the limit to wait(), from the moment the job is sent
+            wall_time_s=0,  # unused: the parent bounds every reply on the channel (evaluate.Session)
             cpu_time_s=key.cpu_time_s,
             address_space_bytes=None if cuda else CPU_ADDRESS_SPACE,
             max_processes=1024,
             max_file_bytes=8 * 1024**3,
             max_output_bytes=256 * 1024,
+            disk_bytes=settings.eval_disk_bytes,
+            memory_bytes=settings.eval_memory_quota_bytes,
         ),
     )
-    slot.process, slot.warm = start_sandboxed(spec), warm
+    try:
+        slot.process, slot.warm = start_sandboxed(spec), warm
+    finally:
+        child_end.close()  # the child holds its own copy; EOF on ours then means the child is gone
+    slot.channel = Channel(parent_end)
+    if isinstance(slot.process, SandboxProcess):
+        slot.process.send(b"")  # standard input is unused: end of input, as from /dev/null
 
 
-def run_job(slot: ChildSlot, job_json: str, wall_time_s: float) -> SandboxResult:
-    """Write the job into the child's directory, start the child working and wait for it (or the wall clock)."""
-    (slot.workdir / JOB_FILE).write_text(job_json)
-    process = slot.process
-    if slot.warm and not (isinstance(process, SandboxProcess) and process.send(GO)):
-        # The warm child died before its job (the thread that started it ended, say): a cold one takes over.
-        if isinstance(process, SandboxProcess):
-            process.wait(10)
-        slot.process = None
-    if slot.process is None:
-        _start(slot, warm=False)
+def ensure_started(slot: ChildSlot) -> SandboxResult | None:
+    """The slot's child running (a cold one replaces a warm child that died before its job, say because the
+    thread that started it ended); the sandbox's failure if none could start."""
+    if not slot.alive:
         if isinstance(slot.process, SandboxProcess):
-            slot.process.send(b"")
-    assert slot.process is not None
-    if isinstance(slot.process, SandboxResult):
-        return slot.process
-    return slot.process.wait(wall_time_s)
+            slot.process.wait(10)
+        if slot.channel is not None:
+            slot.channel.close()
+        _start(slot, warm=False)
+    return slot.process if isinstance(slot.process, SandboxResult) else None
 
 
 class WarmChildren:

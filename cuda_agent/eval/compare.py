@@ -1,50 +1,48 @@
-"""Output comparison, done in the parent on tensors both children saved (loaded with ``weights_only=True``)."""
+"""Output comparison, done in the reference child on the device where the outputs are.
+
+The reference keeps its own outputs; the candidate's arrive in the shared buffer (``child/shared.py``). Tensors
+are compared in chunks, so a multi-gigabyte output needs only a few hundred megabytes of temporaries. The same
+rules as ``torch.allclose`` (|cand - ref| <= atol + rtol * |ref| everywhere), with NaN and Inf in the candidate
+named as such, shape and dtype checked first (by the parent, on the descriptions both children send).
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from cuda_agent.contracts.common import TolerancePreset
+from cuda_agent.eval.child.protocol import OutputMeta
 from cuda_agent.eval.tolerance import tolerance_for
 
-
-class OutputsUnreadable(ValueError):
-    pass
-
-
-def load_outputs(path: Path) -> dict[str, list[list[torch.Tensor | None]]]:
-    """Outputs a child saved: {"trials": [[tensor|None, ...], ...], "spot": [...]}; anything else is rejected."""
-    if not path.exists():
-        return {"trials": [], "spot": []}
-    try:
-        raw = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise OutputsUnreadable(f"outputs file unreadable: {type(exc).__name__}: {str(exc)[:200]}") from None
-    if not isinstance(raw, dict) or set(raw) != {"trials", "spot"}:
-        raise OutputsUnreadable("outputs file has the wrong structure")
-    for group in raw.values():
-        if not isinstance(group, list) or not all(isinstance(t, list) for t in group):
-            raise OutputsUnreadable("outputs file has the wrong structure")
-        for trial in group:
-            if not all(v is None or type(v) is torch.Tensor for v in trial):
-                raise OutputsUnreadable("outputs file holds something other than plain tensors")
-    return raw
+CHUNK_ELEMENTS = 1 << 25  # 32M elements: at most ~0.5 GB of temporaries whatever the output's size
+_FINGERPRINT_PARTS = 4
 
 
 @dataclass
 class Comparison:
-    passed: int = 0
+    passed: bool = True
     failures: list[str] = field(default_factory=list)
-    max_abs_error: float = 0.0
+    max_abs_error: float | None = None
 
 
-def _nonfinite(t: torch.Tensor) -> bool:
-    return bool(t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all())
+def meta_mismatch(cand: list[OutputMeta | None], ref: list[OutputMeta | None]) -> list[str]:
+    """Why the candidate's outputs cannot be compared to the reference's at all (count, shape, dtype)."""
+    if len(cand) != len(ref):
+        return [f"returned {len(cand)} outputs, expected {len(ref)}"]
+    failures = []
+    for i, (c, r) in enumerate(zip(cand, ref, strict=True)):
+        if r is None:
+            continue
+        if c is None:
+            failures.append(f"output {i}: output is not a tensor")
+        elif c.shape != r.shape:
+            failures.append(f"output {i}: output shape {tuple(c.shape)} != expected {tuple(r.shape)}")
+        elif c.dtype != r.dtype:
+            failures.append(f"output {i}: output dtype {c.dtype} != expected {r.dtype}")
+    return failures
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -53,92 +51,102 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-def _within(diff: torch.Tensor, ref_abs: torch.Tensor, atol: float, rtol: float) -> bool:
-    """|diff| <= atol + rtol * |ref| everywhere; ``ref_abs`` is consumed."""
-    return bool((diff <= ref_abs.mul_(rtol).add_(atol)).all())
+def _chunks(t: torch.Tensor) -> list[torch.Tensor]:
+    flat = t.reshape(-1)
+    return [flat[i : i + CHUNK_ELEMENTS] for i in range(0, flat.numel(), CHUNK_ELEMENTS)]
 
 
-def compare_one(cand: Any, ref: torch.Tensor, preset: TolerancePreset) -> tuple[bool, str, float]:
-    """(passed, why not, max abs error) for one output tensor."""
-    if cand is None:
-        return False, "output is not a tensor", float("inf")
-    if tuple(cand.shape) != tuple(ref.shape):
-        return False, f"output shape {tuple(cand.shape)} != expected {tuple(ref.shape)}", float("inf")
-    if cand.dtype != ref.dtype:
-        return False, f"output dtype {cand.dtype} != expected {ref.dtype}", float("inf")
+def compare_one(cand: torch.Tensor, ref: torch.Tensor, preset: TolerancePreset) -> tuple[bool, str, float]:
+    """(passed, why not, max abs error) for one output of matching shape and dtype."""
     if not (ref.is_floating_point() or ref.is_complex()):
         equal = bool(torch.equal(cand, ref))
-        return equal, "" if equal else "integer output differs", 0.0 if equal else float("inf")
+        return equal, "" if equal else "integer output differs", 0.0 if equal else math.inf
     if cand.numel() == 0:
         return True, "", 0.0
     tol = tolerance_for(preset, str(ref.dtype))
-    c, r = _wide(cand), _wide(ref)
-    diff = (c - r).abs_()
-    max_err = float(diff.max())
-    if not math.isfinite(max_err) and _nonfinite(cand):  # NaN propagates through max; Inf shows as Inf
-        return False, "output contains NaN or Inf", float("inf")
-    ok = math.isfinite(max_err) and _within(diff, r.abs(), tol.atol, tol.rtol)
+    worst = torch.zeros((), dtype=torch.float64, device=ref.device)
+    within = torch.ones((), dtype=torch.bool, device=ref.device)
+    for c, r in zip(_chunks(cand), _chunks(ref), strict=True):
+        c, r = _wide(c), _wide(r)
+        diff = (c - r).abs_()
+        # NaN propagates through max (torch.maximum keeps it); Inf shows as Inf.
+        worst = torch.maximum(worst, diff.max().double())
+        within &= (diff <= r.abs().mul_(tol.rtol).add_(tol.atol)).all()
+        del diff
+    max_err = float(worst)
+    if not math.isfinite(max_err) and not bool(torch.isfinite(cand).all()):
+        return False, "output contains NaN or Inf", math.inf
+    ok = math.isfinite(max_err) and bool(within)
     return ok, "" if ok else f"max abs error {max_err:.3g} exceeds atol={tol.atol} rtol={tol.rtol}", max_err
 
 
-def compare_trials(cand: list[list[Any]], ref: list[list[torch.Tensor | None]], preset: TolerancePreset) -> Comparison:
+def compare_outputs(
+    cand: list[torch.Tensor | None], ref: list[torch.Tensor | None], preset: TolerancePreset
+) -> Comparison:
     result = Comparison()
-    for k, ref_values in enumerate(ref):
-        if k >= len(cand):
-            result.failures.append(f"trial {k}: no output")
+    errors = []
+    for i, (c, r) in enumerate(zip(cand, ref, strict=True)):
+        if r is None or c is None:
             continue
-        cand_values = cand[k]
-        if len(cand_values) != len(ref_values):
-            result.failures.append(f"trial {k}: returned {len(cand_values)} outputs, expected {len(ref_values)}")
-            continue
-        trial_ok = True
-        for i, (c, r) in enumerate(zip(cand_values, ref_values, strict=True)):
-            if r is None:
-                continue
-            ok, why, err = compare_one(c, r, preset)
-            if err != float("inf"):
-                result.max_abs_error = max(result.max_abs_error, err)
-            if not ok:
-                trial_ok = False
-                result.failures.append(f"trial {k} output {i}: {why}")
-        result.passed += trial_ok
+        ok, why, err = compare_one(c, r, preset)
+        if math.isfinite(err):
+            errors.append(err)
+        if not ok:
+            result.passed = False
+            result.failures.append(f"output {i}: {why}")
+    result.max_abs_error = max(errors) if errors else None
     return result
 
 
-def degenerate_reason(ref: list[list[torch.Tensor | None]], preset: TolerancePreset) -> str | None:
-    """Why the problem cannot tell right from wrong answers, or None: an all-zeros or all-mean output passes,
-    its outputs do not depend on the inputs, or the reference itself is not finite."""
-    tensors = [r for trial in ref for r in trial if r is not None]
+def _nonfinite(t: torch.Tensor) -> bool:
+    return bool(t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all())
+
+
+def _passes_constant(t: torch.Tensor, constant: float | None, preset: TolerancePreset) -> bool:
+    tol = tolerance_for(preset, str(t.dtype))
+    for chunk in _chunks(t):
+        w = _wide(chunk)
+        diff = w.abs() if constant is None else (w - constant).abs_()
+        if not bool((diff <= w.abs().mul_(tol.rtol).add_(tol.atol)).all()):
+            return False
+    return True
+
+
+def degenerate_reason(ref: list[torch.Tensor | None], preset: TolerancePreset) -> str | None:
+    """Why one trial's reference outputs cannot tell right from wrong answers, or None: an all-zeros or all-mean
+    output passes, or the reference itself is not finite. (That outputs do not depend on the inputs shows across
+    trials: equal fingerprints.)"""
+    tensors = [r for r in ref if r is not None]
     if not tensors:
         return "the reference returned no tensor"
     if any(_nonfinite(t) for t in tensors):
         return "the reference output contains NaN or Inf"
     floats = [t for t in tensors if t.is_floating_point() and t.numel()]
-
-    def passes(constant: float | None, t: torch.Tensor) -> bool:
-        tol = tolerance_for(preset, str(t.dtype))
-        w = _wide(t)
-        diff = w.abs() if constant is None else (w - constant).abs_()
-        return _within(diff, w.abs(), tol.atol, tol.rtol)
-
-    if floats and all(passes(None, t) for t in floats):
+    if floats and all(_passes_constant(t, None, preset) for t in floats):
         return "an all-zeros output passes the tolerance"
-    if floats and all(passes(float(t.double().mean()), t) for t in floats):
+    if floats and all(
+        _passes_constant(t, float(torch.sum(t, dtype=torch.float64)) / t.numel(), preset) for t in floats
+    ):
         return "a constant output (the mean) passes the tolerance"
-    if len(ref) > 1 and all(_same(trial, ref[0]) for trial in ref[1:]):
-        return "the reference output does not depend on the inputs"
     return None
 
 
-def _same(a: list[torch.Tensor | None], b: list[torch.Tensor | None]) -> bool:
-    return len(a) == len(b) and all(
-        x is not None and y is not None and x.shape == y.shape and bool(torch.equal(x, y))
-        for x, y in zip(a, b, strict=True)
-    )
-
-
-def constant_output(cand: list[list[Any]], ref: list[list[torch.Tensor | None]]) -> bool:
-    """The candidate returned the same output for different inputs while the reference did not."""
-    if len(cand) < 2 or len(ref) < 2:
-        return False
-    return all(_same(t, cand[0]) for t in cand[1:]) and not all(_same(t, ref[0]) for t in ref[1:])
+def fingerprint(values: list[torch.Tensor | None]) -> list[float]:
+    """A few numbers per output that differ when the outputs do (sums weighted by position, first and last
+    element): equal fingerprints across trials mean the same output for different inputs."""
+    parts: list[float] = []
+    for t in values:
+        if t is None or t.numel() == 0:
+            parts += [0.0] * _FINGERPRINT_PARTS
+            continue
+        flat = t.reshape(-1)
+        real = torch.view_as_real(flat) if flat.is_complex() else flat
+        total = torch.zeros((), dtype=torch.float64, device=t.device)
+        weighted = torch.zeros((), dtype=torch.float64, device=t.device)
+        for k, chunk in enumerate(_chunks(real)):
+            s = torch.sum(chunk, dtype=torch.float64)
+            total += s
+            weighted += (k + 1) * s
+        ends = real.reshape(-1)[[0, -1]].double()
+        parts += [float(total), float(weighted), float(ends[0]), float(ends[1])]
+    return [p if math.isfinite(p) else 1e308 for p in parts]

@@ -1,69 +1,100 @@
 """``evaluate(EvalRequest) -> EvalResult``: the verdict and reward of one candidate.
 
-One evaluation uses two child processes, each with its own temporary directory (``children.py``):
-    reference:  problem.py, job.json -> result.json, outputs.pt     (the candidate never sees it)
-    candidate:  problem.py, model_new.py, kernels/, artifact/, job.json -> result.json, outputs.pt
-Each child is ``python -P -m cuda_agent.eval.child job.json`` in its own bubblewrap sandbox with only its own
-directory writable and nothing of the other mounted, usually started warm ahead of the evaluation. The parent
-validates both reports, compares the outputs itself and decides. Three kinds of outcome: a verdict on the
-candidate (reward -1..3), a fault of the problem or of the infrastructure (status sandbox_error, reward None).
+One evaluation uses two child processes, each in its own bubblewrap sandbox with its own directory and nothing of
+the other mounted, usually started warm ahead of the evaluation (``children.py``):
+    reference:  problem.py                              runs the problem's Model only; compares
+    candidate:  problem.py, model_new.py, kernels/, artifact/   runs ModelNew under the guards
+The parent drives both in lockstep over a Unix socket each (``child/protocol.py``): one command, one validated
+reply, each within a deadline scaled from the reference's own time per call. For every correctness trial both
+make the same inputs on the device from the trial's seed (sent only now: the candidate never holds a seed before
+its trial), the reference keeps its outputs on the device and hands the parent a shared buffer exactly their
+size, the candidate copies its outputs into it, and the reference compares (``compare.py``). Timed calls are
+checked the same way, chosen after each call returned. Nothing a child writes to disk is ever read.
+
+Three kinds of outcome: a verdict on the candidate (reward -1..3), a fault of the problem or of the
+infrastructure (status sandbox_error, reward None).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
 import socket
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import ValidationError
 
+from cuda_agent import safefs
 from cuda_agent.contracts.common import Device, EvalStatus
 from cuda_agent.contracts.compile import CandidateForm
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, Finding, Fingerprint, TimingStats
-from cuda_agent.eval import compare
+from cuda_agent.eval import memory
 from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key
-from cuda_agent.eval.children import EXTENSIONS_SUBDIR, POOL, ChildKey, ChildSlot, run_job
-from cuda_agent.eval.protocol import (
-    OUTPUTS_FILE,
+from cuda_agent.eval.child.channel import ChannelClosed, ChannelError, close_fds
+from cuda_agent.eval.child.harness import STICKY_CUDA_ERRORS
+from cuda_agent.eval.child.protocol import (
     PROBLEM_FILE,
-    REFERENCE_DONE_FILE,
-    RESULT_FILE,
-    STICKY_CUDA_ERRORS,
-    ChildJob,
+    REPLIES,
+    Called,
     ChildReport,
-    ChildTimings,
-    TimingPlan,
+    Command,
+    CompareCommand,
+    Compared,
+    FinishCommand,
+    JobCommand,
+    NextCommand,
+    Outputs,
+    Ran,
+    Ready,
+    ReleaseCommand,
+    Role,
+    ShipCommand,
+    Shipped,
+    SpotCommand,
+    TimeCommand,
+    Timed,
+    TrialCommand,
 )
+from cuda_agent.eval.children import EXTENSIONS_SUBDIR, POOL, ChildKey, ChildSlot, ensure_started
+from cuda_agent.eval.compare import meta_mismatch
 from cuda_agent.eval.reward import continuous_speedup, reward_for
 from cuda_agent.eval.static_scan import scan_candidate
+from cuda_agent.eval.timing import stats
 from cuda_agent.gpu import gpu_by_index, gpu_health, select_gpu
 from cuda_agent.problem import problem_hash
-from cuda_agent.sandbox import SandboxResult
+from cuda_agent.sandbox import SandboxProcess, SandboxResult
 from cuda_agent.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-# 2: timed interval starts when the GPU reaches the call, not the host; 3: host latency hidden up to ~0.5 ms.
-HARNESS_VERSION = "3"
+# 2: timed interval starts when the GPU reaches the call, not the host; 3: host latency hidden up to ~0.5 ms;
+# 4: inputs made on the device, models built under the device.
+HARNESS_VERSION = "4"
 FIXED_SEEDS = (1234, 2345, 3456, 4567, 5678, 6789, 7890, 8901, 9012)
 PLAUSIBLE_SPEEDUP = 10.0  # beyond this a speedup is re-timed in a fresh process before it counts
 SPOT_CHECKS = 2
 COMPARE_THREADS = 4
 CANDIDATE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
+# Deadlines of one call (a correctness trial, a timed call, a spot check): a fixed allowance for start-up work
+# (first-call initialisation, lazy module loads, the guards' overhead) plus a multiple of the reference's time
+# for the same call. A candidate 50 times slower than eager still gets its verdict; a hung one is stopped in
+# seconds, not after a fixed ten minutes.
+CALL_ALLOWANCE_S = 15.0
+CALL_SLOWDOWN = 50.0
+EXIT_GRACE_S = 10.0
 _CHILD_STATUS = {
     "runtime_error": EvalStatus.RUNTIME_ERROR,
     "illegal_access": EvalStatus.ILLEGAL_ACCESS,
     "out_of_memory": EvalStatus.RUNTIME_ERROR,
     "candidate_error": EvalStatus.RUNTIME_ERROR,
 }
+R = TypeVar("R")
 
 
 class Abort(Exception):
@@ -74,22 +105,197 @@ class Abort(Exception):
         self.result = result
 
 
-@dataclass
 class ChildRun:
-    report: ChildReport | None
-    outputs: dict[str, list[list[Any]]] = field(default_factory=lambda: {"trials": [], "spot": []})
-    status: EvalStatus | None = None  # set when the child failed before reporting
-    message: str = ""
-    findings: list[Finding] = field(default_factory=list)
-    stdout: str = ""
+    """What became of a child: its report, or why there is none (status, message, findings)."""
+
+    def __init__(
+        self,
+        report: ChildReport | None,
+        status: EvalStatus | None = None,
+        message: str = "",
+        findings: list[Finding] | None = None,
+    ) -> None:
+        self.report, self.status, self.message, self.findings = report, status, message, findings or []
+
+
+class ChildStopped(Exception):
+    """A child (``role``) stopped before its final report, or broke the protocol."""
+
+    def __init__(self, run: ChildRun, role: str) -> None:
+        super().__init__(run.message)
+        self.run, self.role = run, role
+
+
+def _violation(message: str) -> ChildRun:
+    finding = Finding(code="protocol_violation", message=message[:300])
+    return ChildRun(None, status=EvalStatus.HACK_DETECTED, message=finding.message, findings=[finding])
+
+
+class Session:
+    """The parent's side of one child: each command sent, each reply awaited within a deadline and validated.
+    Everything the child sends is untrusted (the candidate's harness shares its process with candidate code)."""
+
+    def __init__(self, evaluation: Evaluation, slot: ChildSlot, role: str) -> None:
+        self.evaluation, self.slot, self.role = evaluation, slot, role
+        self.report: ChildReport | None = None
+        self.outcome: SandboxResult | None = None
+
+    @property
+    def who(self) -> str:
+        return "reference Model" if self.role == "reference" else self.role
+
+    def begin(self, job: JobCommand) -> None:
+        failed = ensure_started(self.slot)
+        if failed is not None:
+            raise ChildStopped(
+                ChildRun(None, EvalStatus.SANDBOX_ERROR, f"sandbox failed: {failed.sandbox_error}"), self.role
+            )
+        self.send(job)
+
+    def send(self, command: Command, fds: list[int] | None = None) -> None:
+        assert self.slot.channel is not None
+        # A child that is gone fails the send; the next receive says how it ended.
+        with contextlib.suppress(OSError):
+            self.slot.channel.send(command.model_dump(mode="json"), fds)
+
+    def expect(self, kind: type[R], deadline_s: float) -> tuple[R, list[int]]:
+        """The next reply, which must be a ``kind``, with a descriptor only where it announces a new buffer;
+        a report in its place means the child stopped early."""
+        assert self.slot.channel is not None
+        try:
+            message, received = self.slot.channel.recv(deadline_s)
+        except TimeoutError:
+            self.kill()
+            why = f"{self.who} exceeded its {deadline_s:.1f} s limit for one step"
+            raise ChildStopped(ChildRun(None, EvalStatus.TIMEOUT, why), self.role) from None
+        except ChannelClosed:
+            raise ChildStopped(self.ended(), self.role) from None
+        except (ChannelError, OSError) as exc:
+            self.kill()
+            raise ChildStopped(self.broken(f"unreadable message: {exc}"), self.role) from None
+        try:
+            reply = REPLIES.validate_python(message)
+        except ValidationError as exc:
+            close_fds(received)
+            self.kill()
+            raise ChildStopped(self.broken(f"malformed message: {str(exc)[:200]}"), self.role) from None
+        if isinstance(reply, ChildReport) and not isinstance(reply, kind):
+            close_fds(received)
+            raise ChildStopped(self.stopped_early(reply), self.role)
+        due = 1 if isinstance(reply, Outputs) and reply.new_buffer else 0
+        if not isinstance(reply, kind) or len(received) != due:
+            close_fds(received)
+            self.kill()
+            got = getattr(reply, "op", "?")
+            raise ChildStopped(
+                self.broken(f"{got} with {len(received)} descriptors where {kind.__name__} was due"), self.role
+            )
+        return reply, received
+
+    def ask(self, command: Command, kind: type[R], deadline_s: float, fds: list[int] | None = None) -> R:
+        self.send(command, fds)
+        return self.expect(kind, deadline_s)[0]
+
+    def finish(self, deadline_s: float) -> ChildReport:
+        """The final report (it must echo this finish's nonce), then the process must end on its own, cleanly,
+        with nothing more on the channel."""
+        nonce = int.from_bytes(os.urandom(6), "little")
+        report = self.ask(FinishCommand(nonce=nonce), ChildReport, deadline_s)
+        if report.nonce != nonce or report.role != self.role:
+            self.kill()
+            raise ChildStopped(
+                self.broken("a final report that is not the harness's (nonce or role differ)"), self.role
+            )
+        outcome = self.wait(EXIT_GRACE_S)
+        trailing = self.trailing()
+        if trailing:
+            raise ChildStopped(self.broken(f"{trailing} after the final report"), self.role)
+        if outcome is not None and (outcome.exit_code != 0 or outcome.timed_out):
+            code = outcome.exit_code if outcome.exit_code is not None else f"signal {outcome.signal}"
+            finding = Finding(code="early_exit", message=f"process exited with {code} after its report")
+            raise ChildStopped(ChildRun(report, EvalStatus.HACK_DETECTED, finding.message, [finding]), self.role)
+        self.report = report
+        return report
+
+    def trailing(self) -> str:
+        """What the channel still holds after the process ended: nothing, from the harness."""
+        assert self.slot.channel is not None
+        try:
+            message, received = self.slot.channel.recv(0.5)
+        except ChannelClosed:
+            return ""
+        except TimeoutError:
+            return "a channel kept open"
+        except (ChannelError, OSError) as exc:
+            return f"unreadable data ({exc})"
+        close_fds(received)
+        return f"another message ({str(message.get('op'))[:20]})"
+
+    def stopped_early(self, report: ChildReport) -> ChildRun:
+        """A report before ``finish``: the child stopped (an error, a guard). One that claims success without a
+        finding is not the harness's: the harness stops early only for a failure or a finding."""
+        self.wait(EXIT_GRACE_S)
+        if report.role != self.role or report.nonce is not None or (report.status == "ok" and not report.findings):
+            return self.broken("a report that is not the harness's before the evaluation ended")
+        self.report = report
+        return ChildRun(report)
+
+    def broken(self, message: str) -> ChildRun:
+        """The child broke the protocol: tampering when it is the candidate, an infrastructure fault otherwise
+        (the reference runs only the problem's code, so a broken reference is a bug or a hostile problem)."""
+        self.kill()
+        if self.role == "reference":
+            return ChildRun(None, EvalStatus.SANDBOX_ERROR, f"reference broke the protocol: {message}")
+        return _violation(f"the candidate's process sent {message}")
+
+    def ended(self) -> ChildRun:
+        """The child's channel closed before its report: how did the process end?"""
+        outcome = self.wait(EXIT_GRACE_S) or self.kill_and_wait()
+        tail = " | ".join(outcome.stderr.strip().splitlines()[-3:])[-600:]
+        if outcome.sandbox_error:
+            return ChildRun(None, EvalStatus.SANDBOX_ERROR, f"sandbox failed: {outcome.sandbox_error}")
+        if outcome.limit_exceeded:
+            # A quota is the candidate's (or a hostile problem's) doing, never the infrastructure's.
+            message = f"process killed: its {outcome.limit_exceeded} quota was exceeded"
+            if self.role == "reference":
+                return ChildRun(None, EvalStatus.SANDBOX_ERROR, f"reference {message}")
+            return ChildRun(None, EvalStatus.RUNTIME_ERROR, message)
+        if self.role != "reference" and any(m in outcome.stderr.lower() for m in STICKY_CUDA_ERRORS):
+            return ChildRun(None, EvalStatus.ILLEGAL_ACCESS, f"CUDA fault killed the process: {tail}")
+        if outcome.signal:
+            return ChildRun(None, EvalStatus.RUNTIME_ERROR, f"process killed by signal {outcome.signal}: {tail}")
+        if outcome.exit_code == 0 and self.role != "reference":
+            finding = Finding(code="early_exit", message="the candidate ended the process before the harness reported")
+            return ChildRun(None, EvalStatus.HACK_DETECTED, finding.message, [finding])
+        return ChildRun(None, EvalStatus.RUNTIME_ERROR, f"process exited with {outcome.exit_code}: {tail}")
+
+    def wait(self, seconds: float) -> SandboxResult | None:
+        process = self.slot.process
+        if not isinstance(process, SandboxProcess):
+            return None
+        if process.alive:
+            try:
+                process.proc.wait(seconds)
+            except Exception:
+                return None
+        self.outcome = process.wait(1)
+        return self.outcome
+
+    def kill(self) -> None:
+        if isinstance(self.slot.process, SandboxProcess):
+            self.slot.process.kill()
+
+    def kill_and_wait(self) -> SandboxResult:
+        self.kill()
+        outcome = self.wait(EXIT_GRACE_S)
+        assert outcome is not None
+        return outcome
 
 
 def evaluate(req: EvalRequest, settings: Settings | None = None) -> EvalResult:
     """Judge one candidate. Never raises for bad problems, hostile candidates or broken infrastructure."""
     started = time.perf_counter()
-    evaluation = _Evaluation(req, settings or get_settings())
-    # The parent's tensor work (comparing outputs) is small; a full-width thread pool only fights the children
-    # and the warm children's imports for the cores, which slowed comparisons tenfold on the GPU host.
+    evaluation = Evaluation(req, settings or get_settings())
     threads = torch.get_num_threads()
     torch.set_num_threads(min(threads, COMPARE_THREADS))
     try:
@@ -100,29 +306,58 @@ def evaluate(req: EvalRequest, settings: Settings | None = None) -> EvalResult:
         log.exception("evaluation harness failed")
         result = evaluation.result(EvalStatus.SANDBOX_ERROR, f"evaluation harness failed: {type(exc).__name__}: {exc}")
     finally:
-        evaluation.cleanup()
+        result_disk = evaluation.cleanup()
         torch.set_num_threads(threads)
     result.duration_s = time.perf_counter() - started
+    result.disk_bytes_written = result_disk
     if result.fingerprint is None:
         result.fingerprint = evaluation.fingerprint()
     return result
 
 
-def stats(timings: ChildTimings) -> TimingStats:
-    samples = timings.samples_ms
-    return TimingStats(
-        median_ms=statistics.median(samples),
-        mean_ms=statistics.fmean(samples),
-        std_ms=statistics.pstdev(samples) if len(samples) > 1 else 0.0,
-        min_ms=min(samples),
-        max_ms=max(samples),
-        trials=len(samples),
-        samples_ms=[round(s, 6) for s in samples],
-        host_samples_ms=[round(s, 6) for s in timings.host_samples_ms],
-    )
+class Trials:
+    """What the correctness trials and spot checks established, trial by trial."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+        self.passed = 0
+        self.run = 0
+        self.max_abs_error: float | None = None
+        self.degenerate: list[str | None] = []
+        self.ref_fingerprints: list[list[float]] = []
+        self.cand_fingerprints: list[list[float]] = []
+        self.findings: list[Finding] = []
+        self.spot_failures: list[str] = []
+
+    def record(self, label: str, compared: Compared | None, mismatch: list[str]) -> bool:
+        failures = mismatch or (compared.failures if compared and not compared.passed else [])
+        if compared is not None and compared.max_abs_error is not None:
+            self.max_abs_error = max(self.max_abs_error or 0.0, compared.max_abs_error)
+        self.failures += [f"{label} {f}" for f in failures]
+        return not failures
+
+    def degenerate_reason(self) -> str | None:
+        """Why the problem cannot judge anyone (from every trial's reference outputs), or None."""
+        reasons = self.degenerate
+        for fatal in ("the reference returned no tensor", "the reference output contains NaN or Inf"):
+            if fatal in reasons:
+                return fatal
+        if reasons and all(r == reasons[0] and r is not None for r in reasons):
+            return reasons[0]
+        fps = self.ref_fingerprints
+        if len(fps) > 1 and all(f == fps[0] for f in fps[1:]):
+            return "the reference output does not depend on the inputs"
+        return None
+
+    def constant_output(self) -> bool:
+        """The candidate returned the same output for different inputs while the reference did not."""
+        cand, ref = self.cand_fingerprints, self.ref_fingerprints
+        if len(cand) < 2 or len(cand) != len(ref):
+            return False
+        return all(f == cand[0] for f in cand[1:]) and not all(f == ref[0] for f in ref[1:])
 
 
-class _Evaluation:
+class Evaluation:
     def __init__(self, req: EvalRequest, settings: Settings) -> None:
         self.req = req
         self.settings = settings
@@ -135,9 +370,12 @@ class _Evaluation:
         self.problem_hash = problem_hash(req.problem_source)
         self.started = time.time()
         self.timeline: dict[str, float] = {}  # event -> seconds since the evaluation started (diagnostics)
+        self.peaks: dict[str, int] = {}
+        self.plan: dict[str, int] = {}
+        self.eager_ms = 0.0
 
     # --- results ------------------------------------------------------------------------------------------
-    def result(self, status: EvalStatus, message: str, **fields: object) -> EvalResult:
+    def result(self, status: EvalStatus, message: str, **fields: Any) -> EvalResult:
         fault = fields.pop("fault", None)
         if fault is None and status is EvalStatus.SANDBOX_ERROR:
             fault = "infrastructure"
@@ -153,6 +391,8 @@ class _Evaluation:
             notes=self.notes,
             fingerprint=self.fingerprint(),
             timeline_s={k: round(v, 4) for k, v in sorted(self.timeline.items(), key=lambda kv: kv[1])},
+            peak_memory_bytes=dict(self.peaks),
+            memory_plan=dict(self.plan),
             **fields,
         )
 
@@ -172,9 +412,13 @@ class _Evaluation:
             host=socket.gethostname(),
         )
 
-    def cleanup(self) -> None:
+    def cleanup(self) -> int:
+        """Discard every child; the bytes their directories held (what this evaluation wrote to disk)."""
+        written = 0
         for slot in self.slots:
+            written += _tree_bytes(slot.root)
             slot.discard()
+        return written
 
     def mark(self, event: str, at: float | None = None) -> None:
         self.timeline[event] = (at if at is not None else time.time()) - self.started
@@ -182,7 +426,7 @@ class _Evaluation:
     # --- children -----------------------------------------------------------------------------------------
     def child_key(self) -> ChildKey:
         # Children are interchangeable across requests: the CPU-time backstop comes from the worker's setting
-        # unless a request asks for longer; the wall clock, given per job, is the real bound.
+        # unless a request asks for longer; the deadlines on the channel are the real bound.
         timeout = max(self.timeout, self.settings.eval_timeout_s)
         return ChildKey(
             device=self.req.device.value,
@@ -191,13 +435,44 @@ class _Evaluation:
             omp_threads=os.environ.get("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1))),
         )
 
-    def take_child(self) -> ChildSlot:
+    def take_child(self, role: str) -> Session:
         slot = POOL.take(self.child_key())
         self.slots.append(slot)
-        return slot
+        return Session(self, slot, role)
 
     def refill(self) -> None:
         POOL.refill(self.child_key(), self.settings.eval_warm_children)
+
+    def call_deadline(self) -> float:
+        """Seconds one call may take: an allowance plus a multiple of the reference's time for it."""
+        return min(self.timeout, CALL_ALLOWANCE_S + CALL_SLOWDOWN * self.eager_ms / 1e3)
+
+    def job(self, role: Role, **fields: Any) -> JobCommand:
+        return JobCommand(
+            role=role,
+            device=self.req.device.value,
+            memory_fraction=self.settings.eval_gpu_memory_fraction,
+            tolerance=self.req.tolerance,
+            warmup=self.req.warmup,
+            trials=self.req.timing_trials,
+            budget_s=max(5.0, self.timeout / 4),
+            **fields,
+        )
+
+    def candidate_job(self, env: dict[str, str]) -> JobCommand:
+        return self.job(
+            "candidate",
+            project_form=self.req.candidate.form is CandidateForm.PROJECT,
+            allow_torch_compute=self.req.allow_torch_compute,
+            env=env,
+        )
+
+    def seeds(self) -> list[int]:
+        secret = int.from_bytes(os.urandom(4), "little")
+        seeds = [*FIXED_SEEDS[: self.req.correctness_trials], secret]
+        if self.req.correctness_trials > len(FIXED_SEEDS):
+            seeds += [100_000 + k for k in range(self.req.correctness_trials - len(FIXED_SEEDS))]
+        return seeds
 
     # --- main flow ----------------------------------------------------------------------------------------
     def run(self) -> EvalResult:
@@ -206,77 +481,157 @@ class _Evaluation:
         self.check_candidate_files()
         if self.cuda:
             self.pick_gpu()
-        ref_slot, cand_slot = self.take_child(), self.take_child()
+        ref, cand = self.take_child("reference"), self.take_child("candidate")
         if self.cuda:
             # The next evaluation's children start up (CPU work) while this one uses the GPU. On CPU the host
             # clock times the candidate, so they start only once this evaluation's children are done.
             self.refill()
         self.mark("children_taken")
-        env = self.prepare_candidate(cand_slot.workdir)
-        (ref_slot.workdir / PROBLEM_FILE).write_text(req.problem_source)
-
-        secret = int.from_bytes(os.urandom(4), "little")
-        seeds = [*FIXED_SEEDS[: req.correctness_trials], secret]
-        if req.correctness_trials > len(FIXED_SEEDS):
-            seeds += [100_000 + k for k in range(req.correctness_trials - len(FIXED_SEEDS))]
-        rng = int.from_bytes(os.urandom(8), "little")
-        spot = sorted({(rng >> (8 * k)) % min(req.timing_trials, 10) for k in range(SPOT_CHECKS)})
-        plan = TimingPlan(
-            base_seed=rng % 1_000_003,
-            scale_seed=rng % 999_983,
-            warmup=req.warmup,
-            trials=req.timing_trials,
-            spot_indices=spot,
-            budget_s=max(5.0, self.timeout / 4),
-        )
+        env = self.prepare_candidate(cand.slot.workdir)
+        safefs.write_text(ref.slot.workdir, PROBLEM_FILE, req.problem_source)
         cache, key, cached = self.cached_baselines()
-        baselines: list[str] = []
-        if req.measure_baselines and cached is None:
-            baselines = ["eager", "compile"]
-        ref_job = ChildJob(
-            role="reference",
-            device=req.device.value,
-            seeds=seeds,
-            timing=plan,
-            baselines=baselines,
-            memory_fraction=self.settings.eval_gpu_memory_fraction,
+        baselines: list[Literal["eager", "compile"]] = (
+            ["eager", "compile"] if req.measure_baselines and cached is None else []
         )
-        cand_job = self.candidate_job(seeds, plan, env)
-
-        if self.cuda:
-            health = gpu_health(self.gpu_index or 0)
-            self.clocks[0] = health.sm_clock_mhz
-            self.notes += [f"GPU health before timing: {p}" for p in health.problems]
-        # Idle warm children are stopped while anything is timed: the host stays quiet for the timed calls.
-        if baselines:  # baseline timing needs the GPU alone: reference first, then the candidate
-            with POOL.paused():
-                ref = self.run_child(ref_slot, ref_job)
-                cand = self.run_child(cand_slot, cand_job)
-        else:  # only outputs on the reference side: both run at once, the candidate times once the reference is done
-            cand_job.start_timing_after = REFERENCE_DONE_FILE
-
-            def reference() -> ChildRun:
-                try:
-                    return self.run_child(ref_slot, ref_job)
-                finally:
-                    POOL.pause(True)
-                    (cand_slot.workdir / REFERENCE_DONE_FILE).touch()
-
-            try:
-                with ThreadPoolExecutor(1) as pool:
-                    ref_future = pool.submit(reference)
-                    cand = self.run_child(cand_slot, cand_job)
-                    ref = ref_future.result()
-            finally:
-                POOL.pause(False)
+        trials = Trials()
+        try:
+            self.start(ref, cand, env)
+            self.correctness(ref, cand, trials)
+            if not trials.failures and trials.degenerate_reason() is None:
+                self.timing(ref, cand, trials, baselines)
+            cand_run = ChildRun(cand.finish(self.call_deadline() + 30))
+        except ChildStopped as stop:
+            if stop.role == "reference":
+                raise Abort(self.reference_failed(stop.run)) from None
+            cand_run = stop.run
+        self.mark("candidate.done")
+        try:
+            ref_report = ref.finish(self.call_deadline())
+        except ChildStopped as stop:
+            raise Abort(self.reference_failed(stop.run)) from None
+        for session in (ref, cand):
+            if session.report is not None and session.report.peak_memory_bytes is not None:
+                self.peaks[session.role] = session.report.peak_memory_bytes
+            if session.report is not None and session.report.peak_host_bytes is not None:
+                self.peaks[f"{session.role}_host"] = session.report.peak_host_bytes
+            if session.report is not None:
+                for phase, at in session.report.phases.items():
+                    self.mark(f"{session.role}.{phase}", at)
         self.mark("children_done")
         if self.cuda:
             self.clocks[1] = gpu_health(self.gpu_index or 0).sm_clock_mhz
         else:
             self.refill()
+        entry = cached or self.store_baselines(cache, key, ref_report)
+        return self.verdict(static, ref_report, cand_run, trials, entry)
 
-        entry = cached or self.store_baselines(cache, key, ref)
-        return self.verdict(static, ref, cand, entry, env)
+    def reference_failed(self, run: ChildRun) -> EvalResult:
+        """No verdict without a working reference: the problem's fault, or the infrastructure's."""
+        if run.report is not None:
+            return self.result(EvalStatus.SANDBOX_ERROR, f"problem rejected: {run.report.message}", fault="problem")
+        fault = "infrastructure" if run.status is EvalStatus.SANDBOX_ERROR else "problem"
+        return self.result(EvalStatus.SANDBOX_ERROR, f"reference failed: {run.message}", fault=fault)
+
+    def start(self, ref: Session, cand: Session, env: dict[str, str]) -> None:
+        """Both jobs sent at once (the children load in parallel); the memory plan refuses a problem whose one
+        trial cannot fit before anything of it is allocated on the device."""
+        ref.begin(self.job("reference"))
+        cand.begin(self.candidate_job(env))
+        ready, _ = ref.expect(Ready, self.timeout)
+        self.mark("reference.ready")
+        if ready.plan_note:
+            self.notes.append(ready.plan_note)
+        if ready.plan is not None:
+            self.plan = ready.plan.model_dump(exclude_none=True)
+            where = "GPU" if self.cuda else "host"
+            refused = memory.refusal(ready.plan, ready.plan.free_bytes or 0, where) if ready.plan.free_bytes else None
+            if refused:
+                raise Abort(self.result(EvalStatus.SANDBOX_ERROR, refused, fault="problem"))
+        cand.expect(Ready, self.timeout)
+        self.mark("candidate.ready")
+        if self.cuda:
+            health = gpu_health(self.gpu_index or 0)
+            self.clocks[0] = health.sm_clock_mhz
+            self.notes += [f"GPU health before timing: {p}" for p in health.problems]
+
+    def correctness(self, ref: Session, cand: Session, trials: Trials) -> None:
+        """Each trial: both children make the inputs from the seed (sent now) and run; the candidate's outputs
+        go into the reference's buffer; the reference compares. One trial is resident at a time."""
+        for index, seed in enumerate(self.seeds()):
+            command = TrialCommand(index=index, seed=seed)
+            ref.send(command)
+            cand.send(command)
+            # The reference's first call also sets every later deadline (its time per call, the slowest seen).
+            outputs, buffer_fds = ref.expect(Outputs, self.timeout if index == 0 else self.call_deadline())
+            self.eager_ms = max(self.eager_ms, outputs.call_ms)
+            trials.degenerate.append(outputs.degenerate)
+            trials.ref_fingerprints.append(outputs.fingerprint)
+            ran, _ = cand.expect(Ran, self.call_deadline())
+            trials.run += 1
+            if ran.input_signature != outputs.input_signature:
+                trials.findings.append(
+                    Finding(code="problem_tampered", message="candidate-side inputs differ from the reference's")
+                )
+            compared = self.check(ref, cand, outputs, buffer_fds, ran.outputs)
+            if compared is not None:
+                trials.cand_fingerprints.append(compared.fingerprint)
+            passed = trials.record(f"trial {index}", compared, meta_mismatch(ran.outputs, outputs.layout))
+            trials.passed += passed
+        self.mark("correctness")
+
+    def check(
+        self, ref: Session, cand: Session, outputs: Outputs, buffer_fds: list[int], metas: list[Any]
+    ) -> Compared | None:
+        """Ship the candidate's kept outputs to the reference and have them compared (None: they cannot be)."""
+        deadline = self.call_deadline()
+        if meta_mismatch(metas, outputs.layout):
+            close_fds(buffer_fds)
+            ref.send(ReleaseCommand())
+            return None
+        ship = ShipCommand(layout=outputs.layout, nbytes=outputs.nbytes, new_buffer=outputs.new_buffer)
+        try:
+            shipped = cand.ask(ship, Shipped, deadline, buffer_fds)
+        finally:
+            close_fds(buffer_fds)  # the parent's copy: only the two children hold the buffer
+        if meta_mismatch(shipped.outputs, outputs.layout):
+            ref.send(ReleaseCommand())
+            return None
+        return ref.ask(CompareCommand(), Compared, deadline)
+
+    def timing(self, ref: Session, cand: Session, trials: Trials, baselines: list[Literal["eager", "compile"]]) -> None:
+        """Baselines (reference alone on the device), then the candidate's timed calls. After each call the
+        parent alone decides whether its output is checked: the candidate cannot know which calls count."""
+        req = self.req
+        rng = int.from_bytes(os.urandom(8), "little")
+        base_seed, scale_seed = rng % 1_000_003, rng % 999_983
+        spot = {(rng >> (8 * k)) % min(req.timing_trials, 10) for k in range(SPOT_CHECKS)}
+        # Idle warm children are stopped while anything is timed: the host stays quiet for the timed calls.
+        with POOL.paused():
+            if baselines:
+                timed = TimeCommand(base_seed=base_seed, scale_seed=scale_seed, baselines=baselines)
+                ref.ask(timed, Timed, self.timeout)
+                self.mark("reference.baselines")
+            cand.send(TimeCommand(base_seed=base_seed, scale_seed=scale_seed))
+            expected = 0
+            while True:
+                called, _ = cand.expect(Called, self.call_deadline() * (1 + req.warmup if expected == 0 else 1))
+                if called.trial != expected:
+                    raise ChildStopped(cand.broken(f"timed call {called.trial} where {expected} was due"), "candidate")
+                if called.trial in spot:
+                    call = req.warmup + called.trial
+                    ref.send(SpotCommand(base_seed=base_seed, scale_seed=scale_seed, call=call))
+                    outputs, buffer_fds = ref.expect(Outputs, self.call_deadline())
+                    # The candidate does not see the reference's spot outputs: they stay in the reference.
+                    compared = self.check(ref, cand, outputs, buffer_fds, outputs.layout)
+                    if compared is None or not compared.passed:
+                        reasons = compared.failures if compared else ["outputs of another shape or dtype"]
+                        trials.spot_failures += [f"timed call {called.trial}: {r}" for r in reasons]
+                if called.done:
+                    break
+                cand.send(NextCommand())
+                expected += 1
+            cand.send(NextCommand())
+        self.mark("candidate.timing")
 
     def check_candidate_files(self) -> None:
         files = self.req.candidate.files
@@ -304,11 +659,9 @@ class _Evaluation:
 
     def prepare_candidate(self, cand_dir: Path) -> dict[str, str]:
         """Write the candidate's files and materialize its compiled artifact; the env vars its child needs."""
-        (cand_dir / PROBLEM_FILE).write_text(self.req.problem_source)
+        safefs.write_text(cand_dir, PROBLEM_FILE, self.req.problem_source)
         for name, text in self.req.candidate.files.items():
-            target = cand_dir / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
+            safefs.write_text(cand_dir, name, text)
         if self.req.artifact_key is None:
             if self.req.candidate.form is CandidateForm.PROJECT:
                 raise Abort(
@@ -345,94 +698,29 @@ class _Evaluation:
         cache = BaselineCache(self.settings.data_dir / "eval" / "baselines.json")
         return cache, key, cache.get(key) if self.req.measure_baselines else None
 
-    def store_baselines(self, cache: BaselineCache, key: str, ref: ChildRun) -> BaselineEntry | None:
-        if not self.req.measure_baselines or ref.report is None or ref.report.status != "ok":
+    def store_baselines(self, cache: BaselineCache, key: str, ref: ChildReport) -> BaselineEntry | None:
+        if not self.req.measure_baselines or ref.status != "ok":
             return None
-        timings = ref.report.timings
+        timings = ref.timings
         entry = BaselineEntry(
             eager=stats(timings["eager"]) if "eager" in timings else None,
             compile=stats(timings["compile"]) if "compile" in timings else None,
-            notes=ref.report.baseline_notes,
+            notes=ref.baseline_notes,
         )
         if entry.eager is not None:
             cache.put(key, entry)
         return entry
 
-    def run_child(self, slot: ChildSlot, job: ChildJob) -> ChildRun:
-        outcome = run_job(slot, job.model_dump_json(), self.timeout)
-        run = self.read_child(slot.workdir, job, outcome)
-        run.stdout = outcome.stdout
-        if run.report is not None:
-            for phase, at in run.report.phases.items():
-                self.mark(f"{job.role}.{phase}", at)
-        return run
-
-    def read_child(self, workdir: Path, job: ChildJob, outcome: SandboxResult) -> ChildRun:
-        sandbox_error = outcome.sandbox_error
-        stderr = outcome.stderr
-        tail = " | ".join(stderr.strip().splitlines()[-3:])[-600:]
-        reference = job.role == "reference"
-        if sandbox_error:
-            return ChildRun(None, status=EvalStatus.SANDBOX_ERROR, message=f"sandbox failed: {sandbox_error}")
-        if outcome.timed_out:
-            who = "reference Model" if reference else "candidate"
-            return ChildRun(None, status=EvalStatus.TIMEOUT, message=f"{who} exceeded the {self.timeout:.0f} s limit")
-        result_path = workdir / RESULT_FILE
-        exit_code, signal = outcome.exit_code, outcome.signal
-        if not result_path.exists():
-            if not reference and any(m in stderr.lower() for m in STICKY_CUDA_ERRORS):
-                return ChildRun(
-                    None, status=EvalStatus.ILLEGAL_ACCESS, message=f"CUDA fault killed the process: {tail}"
-                )
-            if signal:
-                return ChildRun(
-                    None, status=EvalStatus.RUNTIME_ERROR, message=f"process killed by signal {signal}: {tail}"
-                )
-            if exit_code == 0 and not reference:
-                finding = Finding(
-                    code="early_exit", message="the candidate ended the process before the harness reported"
-                )
-                return ChildRun(None, status=EvalStatus.HACK_DETECTED, message=finding.message, findings=[finding])
-            return ChildRun(None, status=EvalStatus.RUNTIME_ERROR, message=f"process exited with {exit_code}: {tail}")
-        try:
-            report = ChildReport.model_validate_json(result_path.read_bytes())
-            if report.role != job.role:
-                raise ValueError("role mismatch")
-            outputs = compare.load_outputs(workdir / OUTPUTS_FILE)
-        except (ValidationError, ValueError) as exc:
-            finding = Finding(
-                code="result_tampered", message=f"the child's report is not the harness's: {str(exc)[:200]}"
-            )
-            return ChildRun(None, status=EvalStatus.HACK_DETECTED, message=finding.message, findings=[finding])
-        if exit_code != 0:
-            finding = Finding(code="early_exit", message=f"process exited with {exit_code} after writing a report")
-            return ChildRun(
-                report, outputs, status=EvalStatus.HACK_DETECTED, message=finding.message, findings=[finding]
-            )
-        return ChildRun(report, outputs)
-
     # --- verdict ------------------------------------------------------------------------------------------
     def verdict(
         self,
         static: list[Finding],
-        ref: ChildRun,
+        ref: ChildReport,
         cand: ChildRun,
+        trials: Trials,
         entry: BaselineEntry | None,
-        env: dict[str, str],
     ) -> EvalResult:
-        req = self.req
-        # The reference decides whether there can be a verdict at all.
-        if ref.status is not None or ref.report is None:
-            fault = "infrastructure" if ref.status is EvalStatus.SANDBOX_ERROR else "problem"
-            raise Abort(self.result(EvalStatus.SANDBOX_ERROR, f"reference failed: {ref.message}", fault=fault))
-        if ref.report.status != "ok":
-            raise Abort(
-                self.result(EvalStatus.SANDBOX_ERROR, f"problem rejected: {ref.report.message}", fault="problem")
-            )
-        if cand.status is EvalStatus.SANDBOX_ERROR:
-            raise Abort(self.result(EvalStatus.SANDBOX_ERROR, f"candidate sandbox failed: {cand.message}"))
-        ref_trials = ref.outputs["trials"]
-        degenerate = compare.degenerate_reason(ref_trials, req.tolerance)
+        degenerate = trials.degenerate_reason()
         if degenerate:
             raise Abort(
                 self.result(
@@ -442,21 +730,16 @@ class _Evaluation:
                     findings=[Finding(code="degenerate_problem", message=degenerate)],
                 )
             )
-
         report = cand.report
-        findings = list(static) + cand.findings
+        findings = list(static) + cand.findings + trials.findings
         if report is not None:
-            ignore_alias = ref.report.output_aliases_input
+            ignore_alias = ref.output_aliases_input
             findings += [
                 Finding(code=c, message=m)
                 for c, m in report.findings
                 if not (ignore_alias and c == "output_aliases_input")
             ]
-            if report.input_signature and report.input_signature != ref.report.input_signature:
-                findings.append(
-                    Finding(code="problem_tampered", message="candidate-side inputs differ from the reference's")
-                )
-        common = {"findings": findings, "trials_run": report.trials_run if report else 0}
+        common: dict[str, Any] = {"findings": findings, "trials_run": trials.run}
         if findings:
             codes = ", ".join(sorted({f.code for f in findings}))
             raise Abort(self.result(EvalStatus.HACK_DETECTED, f"reward hacking detected: {codes}", **common))
@@ -464,50 +747,38 @@ class _Evaluation:
             raise Abort(self.result(cand.status or EvalStatus.RUNTIME_ERROR, cand.message, **common))
         if report.status != "ok":
             raise Abort(self.result(_CHILD_STATUS[report.status], report.message, **common))
-
-        cand_trials = cand.outputs["trials"]
-        comparison = compare.compare_trials(cand_trials, ref_trials, req.tolerance)
-        common["trials_run"] = len(ref_trials)
-        if compare.constant_output(cand_trials, ref_trials):
+        if trials.constant_output():
             findings.append(Finding(code="constant_output", message="the same output for different inputs"))
             raise Abort(self.result(EvalStatus.HACK_DETECTED, "reward hacking detected: constant_output", **common))
-        if comparison.failures:
+        if trials.failures:
             raise Abort(
                 self.result(
                     EvalStatus.INCORRECT,
-                    "; ".join(comparison.failures[:3]),
-                    max_abs_error=comparison.max_abs_error,
-                    trials_passed=comparison.passed,
+                    "; ".join(trials.failures[:3]),
+                    max_abs_error=trials.max_abs_error,
+                    trials_passed=trials.passed,
                     **common,
                 )
             )
-
-        spot = compare.compare_trials(cand.outputs["spot"], ref.outputs["spot"], req.tolerance)
-        if spot.failures or len(cand.outputs["spot"]) != len(ref.outputs["spot"]):
+        if trials.spot_failures:
             findings.append(
                 Finding(
                     code="timed_output_mismatch",
                     message="outputs of timed calls are wrong (cached or replayed outputs?): "
-                    + "; ".join(spot.failures[:2]),
+                    + "; ".join(trials.spot_failures[:2]),
                 )
             )
             raise Abort(
                 self.result(EvalStatus.HACK_DETECTED, "reward hacking detected: timed_output_mismatch", **common)
             )
-
         self.mark("verdict")
-        return self.score(report, entry, comparison, env, common)
+        return self.score(report, entry, trials, common)
 
     def score(
-        self,
-        report: ChildReport,
-        entry: BaselineEntry | None,
-        comparison: compare.Comparison,
-        env: dict[str, str],
-        common: dict[str, object],
+        self, report: ChildReport, entry: BaselineEntry | None, trials: Trials, common: dict[str, Any]
     ) -> EvalResult:
-        timing = report.timings.get("candidate")
-        cand_stats = stats(timing) if timing and timing.samples_ms else None
+        timing_ = report.timings.get("candidate")
+        cand_stats = stats(timing_) if timing_ and timing_.samples_ms else None
         eager = entry.eager if entry else None
         compiled = entry.compile if entry else None
         if entry:
@@ -526,7 +797,7 @@ class _Evaluation:
         speeds = ", ".join(f"{n} {s:.2f}x" for n, s in (("vs eager", vs_eager), ("vs compile", vs_compile)) if s)
         return self.result(
             EvalStatus.CORRECT,
-            f"correct on {comparison.passed} trials" + (f"; {speeds}" if speeds else ""),
+            f"correct on {trials.passed} trials" + (f"; {speeds}" if speeds else ""),
             reward=reward,
             speedup_vs_eager=vs_eager,
             speedup_vs_compile=vs_compile,
@@ -536,43 +807,52 @@ class _Evaluation:
             compile_timing=compiled,
             custom_kernel_time_share=report.custom_kernel_time_share,
             custom_kernel_time_method=report.custom_kernel_time_method,
-            max_abs_error=comparison.max_abs_error,
-            trials_passed=comparison.passed,
+            max_abs_error=trials.max_abs_error,
+            trials_passed=trials.passed,
             **common,
         )
 
-    def reverify(self, first: TimingStats, common: dict[str, object]) -> TimingStats:
+    def reverify(self, first: TimingStats, common: dict[str, Any]) -> TimingStats:
         """Re-time an implausible speedup in a fresh process on fresh inputs; it counts only if the host clock
         there agrees with the first measurement. The slower of the two medians is kept."""
 
         def unconfirmed(message: str) -> Abort:
             finding = Finding(code="timing_unconfirmed", message=message)
             rest = {k: v for k, v in common.items() if k != "findings"}
-            previous: list[Finding] = list(common["findings"])  # type: ignore[call-overload]
             return Abort(
                 self.result(
                     EvalStatus.HACK_DETECTED,
                     f"implausible speedup rejected: {message}",
-                    findings=[*previous, finding],
+                    findings=[*common["findings"], finding],
                     **rest,
                 )
             )
 
+        second = None
+        again = self.take_child("candidate")
+        env = self.prepare_candidate(again.slot.workdir)
         rng = int.from_bytes(os.urandom(8), "little")
-        plan = TimingPlan(
-            base_seed=rng % 1_000_003,
-            scale_seed=rng % 999_983,
-            warmup=self.req.warmup,
-            trials=self.req.timing_trials,
-            budget_s=max(5.0, self.timeout / 4),
-        )
-        slot = self.take_child()
-        env = self.prepare_candidate(slot.workdir)
-        again = self.run_child(slot, self.candidate_job([rng % 65_521], plan, env))
-        report = again.report
-        second = report.timings.get("candidate") if report and report.status == "ok" else None
-        if second is None or not second.host_samples_ms or again.findings or (report and report.findings):
-            raise unconfirmed(f"re-timing in a fresh process failed: {again.message or 'no timing'}")
+        try:
+            again.begin(self.candidate_job(env))
+            again.expect(Ready, self.timeout)
+            again.ask(TrialCommand(index=0, seed=rng % 65_521), Ran, self.call_deadline())
+            again.send(TimeCommand(base_seed=rng % 1_000_003, scale_seed=rng % 999_983))
+            first_call = True
+            while True:
+                deadline = self.call_deadline() * (1 + self.req.warmup if first_call else 1)
+                called, _ = again.expect(Called, deadline)
+                first_call = False
+                again.send(NextCommand())
+                if called.done:
+                    break
+            report = again.finish(self.call_deadline() + 30)
+            if report.status == "ok" and not report.findings:
+                second = report.timings.get("candidate")
+            failure = "no timing"
+        except ChildStopped as stop:
+            failure = stop.run.message or "no timing"
+        if second is None or not second.host_samples_ms:
+            raise unconfirmed(f"re-timing in a fresh process failed: {failure}")
         host_median = statistics.median(second.host_samples_ms)
         if host_median > 2 * first.median_ms + 0.05:
             raise unconfirmed(
@@ -581,14 +861,17 @@ class _Evaluation:
         second_stats = stats(second)
         return second_stats if second_stats.median_ms > first.median_ms else first
 
-    def candidate_job(self, seeds: list[int], plan: TimingPlan, env: dict[str, str]) -> ChildJob:
-        return ChildJob(
-            role="candidate",
-            device=self.req.device.value,
-            seeds=seeds,
-            timing=plan,
-            project_form=self.req.candidate.form is CandidateForm.PROJECT,
-            allow_torch_compute=self.req.allow_torch_compute,
-            memory_fraction=self.settings.eval_gpu_memory_fraction,
-            env=env,
-        )
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root``, never following a link (the child may have planted any)."""
+    total = 0
+    try:
+        names = safefs.walk_files(root, max_files=100_000)
+    except (OSError, ValueError):
+        return 0
+    for name in names:
+        try:
+            total += os.lstat(root / name).st_size
+        except OSError:
+            continue
+    return total

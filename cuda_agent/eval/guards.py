@@ -107,6 +107,10 @@ _EXPORTS = (torch.Tensor.numpy, torch.Tensor.tolist, torch.Tensor.__array__, tor
 EXPORT_NAMES = frozenset(getattr(f, "__name__", str(f)) for f in _EXPORTS)
 
 Finding = tuple[str, str]
+# Captured at import, before any candidate code exists.
+_equal = torch.equal
+_storage = torch.Tensor.untyped_storage
+_active_threads = threading.active_count
 
 
 class GuardViolation(RuntimeError):
@@ -357,3 +361,42 @@ class Snapshot:
         if expected_seed is not None and torch.initial_seed() != expected_seed:
             findings.append(("rng_reseeded", "candidate re-seeded the torch random number generator"))
         return findings
+
+
+def output_findings(
+    values: list[Any],
+    early: list[Any],
+    given: list[Any],
+    pristine: list[Any],
+    previous: list[Any],
+    threads: int,
+) -> list[Finding]:
+    """What one guarded call's outputs give away: not plain tensors, written after forward returned (``early``
+    are copies taken on the current stream before a device-wide sync), inputs modified, an input or the previous
+    call's output returned again, a thread left running."""
+    findings: list[Finding] = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor:
+            findings.append(("output_not_plain_tensor", f"forward returned a {type(v).__name__}, not a plain Tensor"))
+        elif not isinstance(v, torch.Tensor) and hasattr(v, "__torch_function__"):
+            findings.append(("output_not_plain_tensor", f"forward returned a tensor-like {type(v).__name__}"))
+    if findings:
+        return findings
+    tensors = [v for v in values if type(v) is torch.Tensor]
+    for v, e in zip(values, early, strict=True):
+        if e is not None and not _equal(v, e) and not (v.isnan().any() and e.isnan().any()):
+            findings.append(
+                ("output_written_after_return", "the output changed after forward returned (unsynced stream or thread)")
+            )
+    for x, y in zip(given, pristine, strict=True):
+        if isinstance(x, torch.Tensor) and not _equal(x, y):
+            findings.append(("input_mutated", "forward modified its input tensors"))
+    input_storages = {_storage(x).data_ptr() for x in given if isinstance(x, torch.Tensor) and x.numel()}
+    if any(_storage(t).data_ptr() in input_storages for t in tensors if t.numel()):
+        findings.append(("output_aliases_input", "forward returned a view or alias of an input"))
+    previous_storages = {_storage(t).data_ptr() for t in previous if type(t) is torch.Tensor and t.numel()}
+    if any(_storage(t).data_ptr() in previous_storages for t in tensors if t.numel()):
+        findings.append(("output_buffer_reused", "forward returned the same output buffer on two calls"))
+    if _active_threads() > threads:
+        findings.append(("background_thread", "forward left a Python thread running"))
+    return list(dict.fromkeys(findings))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cuda_agent.contracts.common import Device
 from cuda_agent.contracts.eval import EvalRequest, KernelProfile, ProfileRequest, ProfileResult
-from cuda_agent.eval.protocol import LIBRARY_KERNEL_MARKERS
+from cuda_agent.eval.timing import LIBRARY_KERNEL_MARKERS
 from cuda_agent.settings import Settings, get_settings
 
 METRICS = {
@@ -160,9 +160,9 @@ def report_text(profiles: list[KernelProfile], items: list[str]) -> str:
 
 def profile_candidate(req: ProfileRequest, settings: Settings | None = None) -> ProfileResult:
     """Profile the candidate's kernels with Nsight Compute; ok=False with a message when that is impossible."""
+    from cuda_agent.eval.child.protocol import ChildReport, Ran, Ready, TrialCommand
     from cuda_agent.eval.children import new_slot
-    from cuda_agent.eval.evaluate import Abort, _Evaluation
-    from cuda_agent.eval.protocol import ChildJob
+    from cuda_agent.eval.evaluate import Abort, ChildStopped, Evaluation, Session
 
     ncu = find_ncu()
     if ncu is None:
@@ -175,7 +175,8 @@ def profile_candidate(req: ProfileRequest, settings: Settings | None = None) -> 
         device=Device.CUDA,
         measure_baselines=False,
     )
-    evaluation = _Evaluation(eval_req, settings)
+    evaluation = Evaluation(eval_req, settings)
+    report: ChildReport | None = None
     try:
         evaluation.check_candidate_files()
         evaluation.pick_gpu()
@@ -197,21 +198,25 @@ def profile_candidate(req: ProfileRequest, settings: Settings | None = None) -> 
         # Started cold, under ncu: a process of its own, after its files are in place.
         slot = new_slot(evaluation.child_key(), argv_prefix=argv_prefix, readonly=tool_dirs)
         evaluation.slots.append(slot)
+        session = Session(evaluation, slot, "profile")
         env = evaluation.prepare_candidate(slot.workdir)
-        job = ChildJob(
-            role="profile", device="cuda", seeds=[42], memory_fraction=settings.eval_gpu_memory_fraction, env=env
-        )
-        run = evaluation.run_child(slot, job)
+        session.begin(evaluation.job("profile", env=env))
+        session.expect(Ready, evaluation.timeout)
+        session.ask(TrialCommand(index=0, seed=42), Ran, evaluation.timeout)
+        report = session.finish(evaluation.timeout)
+        stdout = session.outcome.stdout if session.outcome else ""
     except Abort as stop:
         return ProfileResult(ok=False, message=stop.result.message)
+    except ChildStopped as stop:
+        message = stop.run.message or (stop.run.report.message if stop.run.report else "profiling child failed")
+        return ProfileResult(ok=False, message=f"profiling failed: {message}")
     finally:
         evaluation.cleanup()
-    if run.report is None or run.report.status != "ok":
-        message = run.message or (run.report.message if run.report else "profiling child failed")
-        return ProfileResult(ok=False, message=f"profiling failed: {message}")
-    profiles = parse_ncu_csv(run.stdout)
+    if report.status != "ok":
+        return ProfileResult(ok=False, message=f"profiling failed: {report.message}")
+    profiles = parse_ncu_csv(stdout)
     if not profiles:
-        tail = " | ".join(run.stdout.strip().splitlines()[-3:])[-400:]
+        tail = " | ".join(stdout.strip().splitlines()[-3:])[-400:]
         return ProfileResult(ok=False, message=f"ncu reported no custom kernel (profiling permitted?): {tail}")
     items = checklist(profiles)
     return ProfileResult(ok=True, kernels=profiles, checklist=items, report=report_text(profiles, items))

@@ -4,6 +4,7 @@ from cuda_agent.jobs.registry import JOB_SPECS, JobSpec, register_handler
 from cuda_agent.jobs.runner import (
     JobFailed,
     JobNotFound,
+    TenantLimitExceeded,
     active_jobs,
     cancel_job,
     create_job,
@@ -20,6 +21,7 @@ __all__ = [
     "JobFailed",
     "JobNotFound",
     "JobSpec",
+    "TenantLimitExceeded",
     "active_jobs",
     "cancel_job",
     "create_job",

@@ -5,17 +5,21 @@ from cuda_agent.sandbox.bwrap import (
     SandboxProcess,
     SandboxResult,
     SandboxSpec,
+    quota_mechanisms,
     run_sandboxed,
     sandbox_available,
     start_sandboxed,
 )
+from cuda_agent.sandbox.sweep import sweep_stale
 
 __all__ = [
     "SandboxLimits",
     "SandboxProcess",
     "SandboxResult",
     "SandboxSpec",
+    "quota_mechanisms",
     "run_sandboxed",
     "sandbox_available",
     "start_sandboxed",
+    "sweep_stale",
 ]

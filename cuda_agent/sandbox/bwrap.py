@@ -5,10 +5,13 @@ installation, CUDA_HOME, the ``cuda_agent`` package (read-only, so candidates ca
 a private tmpfs at /tmp and /dev, and exactly the paths the spec names. Nothing else of the host exists there:
 not the data directory, not $HOME, not /work.
 
-Limits: rlimits are applied by ``prlimit`` right before the command runs; the process count is also bounded by
-a pids cgroup where one can be created, because RLIMIT_NPROC does not bind processes that are root outside the
-sandbox (see ``cgroup.py``). The wall clock kills the outer bwrap; ``--die-with-parent`` and the PID namespace
-take every descendant with it, and the cgroup is swept as a second net.
+Limits: rlimits are applied by ``prlimit`` right before the command runs; the process count and memory are also
+bounded by a per-run cgroup where one can be created, because RLIMIT_NPROC does not bind processes that are root
+outside the sandbox (see ``cgroup.py``). Disk and memory quotas over the whole run are enforced by a watchdog
+thread everywhere (``watchdog.py``); a run it kills reports the quota in ``SandboxResult.limit_exceeded``. A
+seccomp filter (``seccomp.py``) refuses ptrace and the other calls a candidate never needs. The wall clock kills
+the outer bwrap; ``--die-with-parent`` and the PID namespace take every descendant with it, and the cgroup is
+swept as a second net.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from cuda_agent.sandbox.cgroup import PidsCgroup, pids_cgroup_supported
+from cuda_agent.sandbox.cgroup import RunCgroup, cgroup_controllers
+from cuda_agent.sandbox.seccomp import filter_program
+from cuda_agent.sandbox.watchdog import Quota, Watchdog, descendants
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +61,19 @@ class SandboxLimits(BaseModel):
     max_processes: int | None = 128
     max_file_bytes: int | None = 256 * 1024**2
     max_output_bytes: int = 1024**2
-    tmpfs_bytes: int = Field(1024**3, description="Size of the private /tmp (it lives in host memory).")
+    tmpfs_bytes: int = Field(
+        1024**3, description="Size of the private /tmp, and of /dev/shm (they live in host memory)."
+    )
+    disk_bytes: int | None = Field(
+        4 * 1024**3, description="Quota on the bytes of all files in the writable paths together; None: none."
+    )
+    disk_files: int | None = Field(
+        100_000, description="Quota on the number of entries in the writable paths together; None: none."
+    )
+    memory_bytes: int | None = Field(
+        16 * 1024**3,
+        description="Quota on resident memory of all processes together, tmpfs contents included; None: none.",
+    )
 
 
 class SandboxSpec(BaseModel):
@@ -72,6 +89,9 @@ class SandboxSpec(BaseModel):
     network: bool = False
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     stdin: bytes | None = None
+    pass_fds: list[int] = Field(
+        default_factory=list, description="Open descriptors the command inherits at the same numbers (a socket)."
+    )
 
 
 class SandboxResult(BaseModel):
@@ -82,10 +102,13 @@ class SandboxResult(BaseModel):
     timed_out: bool
     duration_s: float
     sandbox_error: str | None = Field(None, description="Set when the sandbox itself failed (not the command).")
+    limit_exceeded: Quota | None = Field(
+        None, description="The run was killed for passing this quota: a failure of the command, not the sandbox."
+    )
 
     @property
     def ok(self) -> bool:
-        return self.sandbox_error is None and not self.timed_out and self.exit_code == 0
+        return self.sandbox_error is None and not self.timed_out and self.limit_exceeded is None and self.exit_code == 0
 
 
 def _cuda_home() -> Path:
@@ -291,6 +314,9 @@ def start_sandboxed(spec: SandboxSpec) -> SandboxProcess | SandboxResult:
             if dev.exists():
                 args += ["--dev-bind", str(dev), str(dev)]
         args += ["--ro-bind", "/sys", "/sys"]  # the CUDA driver enumerates devices through sysfs
+    # bwrap's /dev is a tmpfs the command owns, with no size bound: /dev/shm gets a bounded tmpfs of its own and
+    # the rest is made read-only (device nodes stay usable).
+    args += ["--size", str(spec.limits.tmpfs_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     # Later binds win, so explicit read-only paths come after the system and writable ones last.
     ro_explicit: list[str] = []
     args += _bind_args(spec.readonly_paths, "--ro-bind", ro_explicit, tuple(bound))
@@ -311,12 +337,16 @@ def start_sandboxed(spec: SandboxSpec) -> SandboxProcess | SandboxResult:
     # writes one byte once the sandbox exists, then closes the fd so the command can never write it.
     marker_r, marker_w = os.pipe()
     wrapper = f'printf . >&{marker_w} && exec {marker_w}>&- && exec "$@"'
+    seccomp_r = _seccomp_fd()
+    args[1:1] = ["--seccomp", str(seccomp_r)]
     args += ["--", "/bin/bash", "-c", wrapper, "sandbox", *_prlimit_args(spec.limits), exe, *spec.argv[1:]]
 
-    cgroup = PidsCgroup.create(spec.limits.max_processes) if spec.limits.max_processes is not None else None
+    cgroup = RunCgroup.create(max_pids=spec.limits.max_processes, memory_bytes=spec.limits.memory_bytes)
     if cgroup is not None:
-        # Join the cgroup before bwrap starts, so no process of the run is ever outside it.
-        args = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.procs_file), *args]
+        # Join the cgroup(s) before bwrap starts, so no process of the run is ever outside them.
+        files = cgroup.procs_files
+        join = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(files)))
+        args = ["/bin/sh", "-c", f'{join} && shift {len(files)} && exec "$@"', "sh", *map(str, files), *args]
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -326,29 +356,39 @@ def start_sandboxed(spec: SandboxSpec) -> SandboxProcess | SandboxResult:
             stdout=out_w,
             stderr=err_w,
             env=env,
-            pass_fds=(marker_w,),
+            pass_fds=(marker_w, seccomp_r, *spec.pass_fds),
             start_new_session=True,  # its own process group, so the timeout can kill it whole
         )
     except OSError as exc:
-        for fd in (out_r, out_w, err_r, err_w, marker_r, marker_w):
+        for fd in (out_r, out_w, err_r, err_w, marker_r, marker_w, seccomp_r):
             os.close(fd)
         if cgroup is not None:
             cgroup.destroy()
         return _failure(f"could not start bwrap: {exc}", started)
-    for fd in (out_w, err_w, marker_w):
+    for fd in (out_w, err_w, marker_w, seccomp_r):
         os.close(fd)
     drains = (_Drain(out_r, spec.limits.max_output_bytes), _Drain(err_r, spec.limits.max_output_bytes))
     for d in drains:
         d.start()
-    process = SandboxProcess(proc, drains, marker_r, cgroup, started)
+    writable = [*spec.writable_paths, *(src for src, _ in spec.extra_binds)]
+    process = SandboxProcess(proc, drains, marker_r, cgroup, started, spec.limits, writable)
     if spec.stdin is not None:
         process.send(spec.stdin)
     return process
 
 
+def _seccomp_fd() -> int:
+    """A pipe holding the filter program, read by bwrap to EOF (the program is far below a pipe's capacity)."""
+    read, write = os.pipe()
+    os.write(write, filter_program())
+    os.close(write)
+    return read
+
+
 class SandboxProcess:
     """A started sandbox. ``send`` writes its standard input once and closes it; ``wait`` bounds it by the wall
-    clock and collects the result (later calls return the same); ``kill`` ends it early.
+    clock and collects the result (later calls return the same); ``kill`` ends it early. A watchdog polls its
+    disk and memory use from the start and kills it when it passes a quota.
 
     bwrap's --die-with-parent is tied to the *thread* that started it: start sandboxes from a thread that
     outlives them (``alive`` tells when that did not hold)."""
@@ -358,11 +398,30 @@ class SandboxProcess:
         proc: subprocess.Popen[bytes],
         drains: tuple[_Drain, _Drain],
         marker_r: int,
-        cgroup: PidsCgroup | None,
+        cgroup: RunCgroup | None,
         started: float,
+        limits: SandboxLimits,
+        writable: list[Path],
     ) -> None:
         self.proc, self.drains, self.marker_r, self.cgroup, self.started = proc, drains, marker_r, cgroup, started
         self._result: SandboxResult | None = None
+        self._exceeded: Quota | None = None
+        # The pids cgroup lists the run's processes for the price of one read; the process tree costs a /proc scan.
+        self.watchdog = Watchdog(
+            lambda: proc.poll() is None,
+            cgroup.pids if cgroup is not None and "pids" in cgroup.enforced else lambda: descendants(proc.pid),
+            writable,
+            disk_bytes=limits.disk_bytes,
+            disk_entries=limits.disk_files,
+            memory_bytes=limits.memory_bytes,
+            on_exceeded=self._quota_exceeded,
+        )
+        self.watchdog.start()
+
+    def _quota_exceeded(self, quota: Quota) -> None:
+        self._exceeded = quota
+        log.info("sandbox %d passed its %s quota: killed", self.proc.pid, quota)
+        self.kill()
 
     @property
     def alive(self) -> bool:
@@ -386,7 +445,7 @@ class SandboxProcess:
         """Stop (True) or continue (False) every process of the sandbox. bwrap gives the command a session of
         its own, so the tree is found through /proc rather than the process group."""
         sig = signal.SIGSTOP if paused else signal.SIGCONT
-        for pid in _descendants(self.proc.pid):
+        for pid in descendants(self.proc.pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
@@ -406,6 +465,9 @@ class SandboxProcess:
             timed_out = True
             self.kill()
             self.proc.wait()
+        self.watchdog.stop()
+        if self._exceeded is None and self.watchdog.disk_over([]):
+            self._exceeded = "disk"  # written faster than the watchdog polls, by a command that has ended since
         try:
             self._result = self._collect(timed_out)
             return self._result
@@ -423,9 +485,14 @@ class SandboxProcess:
             d.join(timeout=10)  # EOF comes once the namespace is gone; bounded in case something odd holds the pipe
         stdout, stderr = self.drains[0].text(), self.drains[1].text()
         exit_code, sig = _decode_status(self.proc.returncode)
+        exceeded = self._exceeded
+        if exceeded is None and self.cgroup is not None and self.cgroup.memory_killed():
+            exceeded = "memory"
         sandbox_error = None
-        if not timed_out and not _read_marker(self.marker_r):
+        if not timed_out and exceeded is None and not _read_marker(self.marker_r):
             sandbox_error = "sandbox setup failed: " + (stderr.strip().splitlines() or ["(no message)"])[-1]
+        if exceeded is not None:
+            stderr += f"\n[killed by the sandbox: over its {exceeded} quota]\n"
         return SandboxResult(
             exit_code=None if timed_out else exit_code,
             signal=signal.SIGKILL.value if timed_out else sig,
@@ -434,29 +501,8 @@ class SandboxProcess:
             timed_out=timed_out,
             duration_s=time.monotonic() - self.started,
             sandbox_error=sandbox_error,
+            limit_exceeded=exceeded,
         )
-
-
-def _descendants(root: int) -> list[int]:
-    """``root`` and every process below it, parents first."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # Fields after the command name, which is in parentheses and may contain anything.
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop(0)
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
 
 
 def _read_marker(fd: int) -> bool:
@@ -476,8 +522,23 @@ def sandbox_available() -> tuple[bool, str]:
     )
     if probe.sandbox_error or probe.exit_code != 0:
         return False, f"bubblewrap cannot create a sandbox here: {probe.sandbox_error or probe.stderr.strip()}"
-    if pids_cgroup_supported():
+    if "pids" in cgroup_controllers():
         return True, "bubblewrap sandbox works; process count bounded by a pids cgroup"
     if os.geteuid() == 0:
         return True, "bubblewrap sandbox works, but no writable pids cgroup: the process limit is not enforced for root"
     return True, "bubblewrap sandbox works; process count bounded by RLIMIT_NPROC"
+
+
+def quota_mechanisms() -> dict[str, str]:
+    """How each bound of a sandbox run is enforced on this host, for ``cuda-agent doctor``."""
+    controllers = cgroup_controllers()
+    return {
+        "seccomp": f"filter of {len(filter_program()) // 8} BPF instructions (ptrace, bpf, mount, ... refused)",
+        "memory": (
+            "memory cgroup (kernel-enforced) and the watchdog"
+            if "memory" in controllers
+            else "watchdog only (no writable memory cgroup): resident memory and tmpfs polled every 50 ms"
+        ),
+        "disk": "watchdog: bytes and entries of the writable paths, polled",
+        "processes": "pids cgroup" if "pids" in controllers else "RLIMIT_NPROC only",
+    }

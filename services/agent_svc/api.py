@@ -7,13 +7,14 @@ from fastapi.responses import PlainTextResponse
 from starlette.responses import JSONResponse
 
 from cuda_agent.agent.jobs import load_trajectory
+from cuda_agent.agent.policies.openai_policy import resolve_endpoint
 from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
-from cuda_agent.api.deps import IdempotencyKeyDep, SettingsDep
+from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, SettingsDep
 from cuda_agent.api.submit import submit_and_respond
 from cuda_agent.contracts.agent import RolloutRequest, Trajectory
 from cuda_agent.contracts.common import JobKind
-from cuda_agent.jobs import active_jobs
+from cuda_agent.settings import ConfigError
 
 router = APIRouter(tags=["agent"])
 
@@ -23,19 +24,23 @@ def optimize(
     body: RolloutRequest, tenant: TenantDep, settings: SettingsDep, idempotency_key: IdempotencyKeyDep = None
 ) -> JSONResponse:
     """Start an agent rollout on a problem; poll GET /v1/jobs/{id} or stream /v1/jobs/{id}/events."""
-    running = active_jobs(tenant, JobKind.OPTIMIZE)
-    if running >= settings.max_concurrent_jobs:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"tenant {tenant} already has {running} optimize jobs queued or running "
-            f"(limit {settings.max_concurrent_jobs}); wait for one to finish or cancel one",
-            headers={"Retry-After": "30"},
-        )
-    return submit_and_respond(JobKind.OPTIMIZE, body, wait_s=0, idempotency_key=idempotency_key, tenant=tenant)
+    if body.policy == "openai":  # refused now, not after the job waited in the queue
+        try:
+            resolve_endpoint(body.policy_options.get("endpoint", "default"), body.policy_options.get("model"))
+        except ConfigError as exc:
+            raise HTTPException(422, f"policy_options: {exc}") from None
+    return submit_and_respond(
+        JobKind.OPTIMIZE,
+        body,
+        wait_s=0,
+        idempotency_key=idempotency_key,
+        tenant=tenant,
+        limit=settings.max_concurrent_jobs,
+    )
 
 
 @router.get("/trajectories/{trajectory_id}")
-def read_trajectory(trajectory_id: str, tenant: TenantDep) -> Trajectory:
+def read_trajectory(trajectory_id: ObjectId, tenant: TenantDep) -> Trajectory:
     """A rollout's trajectory: every turn, tool call, observation, token ids and reward events."""
     trajectory = load_trajectory(trajectory_id, tenant)
     if trajectory is None:
@@ -44,7 +49,7 @@ def read_trajectory(trajectory_id: str, tenant: TenantDep) -> Trajectory:
 
 
 @router.get("/trajectories/{trajectory_id}/export", response_class=PlainTextResponse)
-def export_trajectory(trajectory_id: str, tenant: TenantDep) -> PlainTextResponse:
+def export_trajectory(trajectory_id: ObjectId, tenant: TenantDep) -> PlainTextResponse:
     """The trajectory as one JSONL line, the training-data format."""
     return PlainTextResponse(
         read_trajectory(trajectory_id, tenant).model_dump_json() + "\n", media_type="application/jsonl"

@@ -7,7 +7,8 @@ from starlette.responses import JSONResponse
 
 from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
-from cuda_agent.api.deps import IdempotencyKeyDep
+from cuda_agent.api.deps import ArtifactKey, IdempotencyKeyDep
+from cuda_agent.api.scope import artifact_visible
 from cuda_agent.api.submit import submit_and_respond
 from cuda_agent.compile import ArtifactError, pack_artifact
 from cuda_agent.contracts.common import JobKind
@@ -28,12 +29,15 @@ def compile_candidate(
 
 
 @router.get("/artifacts/{artifact_key}")
-def download_artifact(artifact_key: str) -> Response:
-    """A built artifact as tar.gz, for GPU workers on other hosts."""
+def download_artifact(artifact_key: ArtifactKey, tenant: TenantDep) -> Response:
+    """A built artifact as tar.gz, for GPU workers on other hosts (service key) and the tenants that built it."""
+    not_found = HTTPException(status_code=404, detail=f"artifact {artifact_key} not found")
+    if not artifact_visible(artifact_key, tenant):
+        raise not_found  # the same answer as for no artifact at all: another tenant's existence is not disclosed
     try:
         data = pack_artifact(artifact_key)
     except ArtifactError:
-        raise HTTPException(status_code=404, detail=f"artifact {artifact_key} not found") from None
+        raise not_found from None
     return Response(content=data, media_type="application/gzip")
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.agent import KernelEnv
+from cuda_agent.agent import KernelEnv, tools
 from cuda_agent.agent.tools import eval_request
 from cuda_agent.contracts.agent import ToolCall
+from cuda_agent.contracts.compile import CandidateForm
 from cuda_agent.settings import get_settings
 from tests.agent.agent_fixtures import PROBLEM, make_env
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -94,3 +95,57 @@ def test_time_limit_and_truncation() -> None:
         assert "cut from the middle" in out and len(out) < 20_000
     finally:
         env.close()
+
+
+def tool(env: KernelEnv, name: str, **args: object) -> tuple[bool, str]:
+    obs = env.tools.call(env, ToolCall(id="t", name=name, arguments=json.dumps(args)))
+    return obs.ok, obs.content
+
+
+def test_links_planted_by_bash_are_never_followed(env: KernelEnv, tmp_path: Path) -> None:
+    """bash writes the workspace from inside the sandbox, where a link to a host path is just text; the host-side
+    file tools must not follow it (the worker runs as root and would read /etc/shadow or the database)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("HOST-SECRET-91c2")
+    bash(
+        env,
+        f"ln -s {secret} leak.txt && ln -s {tmp_path} dirlink && ln -s /etc/shadow shadow "
+        f"&& ln -s {secret} kernels/k.cu && ln -s {secret} model_new.py && echo planted",
+    )
+    for path in ("leak.txt", "dirlink/secret.txt", "shadow"):
+        ok, text = tool(env, "read_file", path=path)
+        assert not ok and "symbolic link" in text and "HOST-SECRET" not in text, text
+    ok, text = tool(env, "edit_file", path="leak.txt", edits=[{"old_string": "HOST", "new_string": "X"}])
+    assert not ok and "symbolic link" in text
+    ok, text = tool(env, "write_file", path="dirlink/secret.txt", content="overwritten")
+    assert not ok and "symbolic link" in text
+    ok, _ = tool(env, "write_file", path="leak.txt", content="replaced")  # the link is replaced, not written through
+    assert ok and not (env.workspace.root / "leak.txt").is_symlink()
+    assert secret.read_text() == "HOST-SECRET-91c2"
+    for name, args in (("grep", {"pattern": "HOST"}), ("glob", {"pattern": "**/*"})):
+        ok, text = tool(env, name, **args)
+        assert ok and "HOST-SECRET" not in text and "k.cu" not in text and "shadow" not in text, text
+    ok, text = tool(env, "compile")
+    assert not ok and "model_new.py does not exist yet (or is not a regular file)" in text
+    bash(env, "rm model_new.py && echo 'class ModelNew: pass' > model_new.py")
+    assert set(env.workspace.candidate(CandidateForm.PROJECT).files) == {"model_new.py"}
+
+
+def test_fifos_and_huge_files_left_by_bash_never_hang_or_flood(env: KernelEnv) -> None:
+    bash(env, "mkfifo pipe.txt kernels/k.cu && truncate -s 100M big.txt && echo 'class ModelNew: pass' > model_new.py")
+    started = time.monotonic()
+    ok, text = tool(env, "read_file", path="pipe.txt")
+    assert not ok and "not a regular file" in text
+    ok, text = tool(env, "read_file", path="big.txt")
+    assert not ok and "allowed" in text
+    ok, text = tool(env, "grep", pattern="x")
+    assert ok
+    assert set(env.workspace.candidate(CandidateForm.PROJECT).files) == {"model_new.py"}
+    assert time.monotonic() - started < 10
+
+
+def test_filling_the_disk_from_bash_is_stopped(env: KernelEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tools, "BASH_DISK_BYTES", 64 * 1024**2)  # the quota's size, not its mechanism, is scaled
+    fill = "for i in range(3000):\n    open(f'f{i}', 'wb').write(bytes(1 << 20))\nprint('finished')"
+    out = bash(env, f'python3 -c "{fill}"')
+    assert "disk quota (64 MiB)" in out and "finished" not in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from cuda_agent.agent.policies import register_policy
 from cuda_agent.agent.trajectory import parquet_available
 from cuda_agent.contracts.agent import RolloutConfig, RolloutProgress, RolloutRequest, TerminationReason
 from cuda_agent.contracts.common import Device
+from cuda_agent.settings import get_settings
 from tests.agent.agent_fixtures import PROBLEM, make_env, make_policy
 from tests.fakes.openai_server import FakeError, FakeOpenAIServer, reply, tool
 
@@ -234,12 +236,16 @@ def test_runner_states_are_explicit(fake_openai: Start) -> None:
     assert runner.s.state.value == "terminated" and traj.termination is TerminationReason.FINISHED
 
 
-def test_run_request_builds_policy_by_name(fake_openai: Start) -> None:
+def test_run_request_builds_policy_by_name(fake_openai: Start, monkeypatch: pytest.MonkeyPatch) -> None:
     server = fake_openai([reply(tool("finish", summary="ok"))])
+    # The operator configures endpoints; a request names one.
+    endpoints = {"fake": {"base_url": server.base_url, "model": "fake-model", "api_key": "k"}}
+    monkeypatch.setenv("CUDA_AGENT_LLM_ENDPOINTS", json.dumps(endpoints))
+    get_settings.cache_clear()
     request = RolloutRequest(
         problem_source=PROBLEM,
         problem_id="p1",
-        policy_options={"base_url": server.base_url, "model": "fake-model", "api_key": "k"},
+        policy_options={"endpoint": "fake"},
         config=RolloutConfig(device=Device.CPU, max_turns=3),
     )
     traj = run_request(request)

@@ -59,8 +59,8 @@ def test_symlink_escape_is_rejected(env: KernelEnv, tmp_path: Any) -> None:
     outside = tmp_path / "secret.txt"
     outside.write_text("top secret")
     os.symlink(tmp_path, env.workspace.root / "link")
-    with pytest.raises(PathError, match="outside the workspace"):
-        env.workspace.resolve("link/secret.txt")
+    with pytest.raises(PathError, match="symbolic link"):
+        env.workspace.read_text("link/secret.txt")
     ok, text = call(env, "read_file", path="link/secret.txt")
     assert not ok and "top secret" not in text
     ok, _ = call(env, "write_file", path="link/new.txt", content="x")

@@ -257,7 +257,10 @@ def test_build_fork_bomb_contained() -> None:
     assert time.monotonic() - t0 < 30
 
 
-def test_build_unbounded_allocation_contained() -> None:
+def test_build_unbounded_allocation_contained(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 1 GiB address-space limit is reached in a second; the default 8 GiB takes tens of seconds of paging.
+    monkeypatch.setenv("CUDA_AGENT_COMPILE_MEMORY_BYTES", str(1024**3))
+    get_settings.cache_clear()
     r = compile_candidate(kernelbench("x = []\nwhile True:\n    x.append(bytearray(256 * 1024 * 1024))\n"))
     assert r.status is CompileStatus.COMPILE_ERROR
     assert r.diagnostics[0].code == "resource_limit" and "MemoryError" in r.message

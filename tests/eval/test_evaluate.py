@@ -67,10 +67,35 @@ def test_exception_in_forward_names_the_line() -> None:
     assert "ValueError: kernel config" in result.message and "model_new.py line" in result.message
 
 
-def test_infinite_loop_times_out() -> None:
-    result = run(module_new("while True:\n    pass"), timeout_s=25)
+def test_infinite_loop_times_out_after_a_deadline_scaled_from_the_reference() -> None:
+    """The deadline of one call is an allowance plus a multiple of the reference's time, well under the
+    request's cap: a hung candidate is stopped in seconds, not after the cap."""
+    result = run(module_new("while True:\n    pass"), timeout_s=60)
     assert result.status is EvalStatus.TIMEOUT and result.reward == -1.0
-    assert "25 s limit" in result.message
+    assert "candidate exceeded its 15." in result.message and "s limit" in result.message
+    assert result.duration_s < 50
+
+
+def test_problem_too_large_is_refused_in_seconds_naming_the_sizes() -> None:
+    """The memory plan (a meta-device pass) refuses a problem whose one trial cannot fit before allocating it."""
+    problem = edit(TRANSPOSE, "rows = 256", "rows = 256 * 1024 * 1024")
+    result = run(TRANSPOSE_NEW, problem)
+    assert result.status is EvalStatus.SANDBOX_ERROR and result.reward is None and result.fault == "problem"
+    assert result.message.startswith("problem too large for this host: one trial needs"), result.message
+    assert "outputs 128.00 GiB" in result.message
+    assert result.memory_plan["output_bytes"] == 128 * 1024**3
+    # Refused as soon as the reference reported its plan: before the candidate's model exists, before any trial.
+    assert "candidate.ready" not in result.timeline_s and "correctness" not in result.timeline_s
+    assert result.duration_s - result.timeline_s["reference.ready"] < 5
+
+
+def test_result_carries_memory_figures_and_writes_little_to_disk() -> None:
+    result = run(TRANSPOSE_NEW)
+    assert result.status is EvalStatus.CORRECT, result.message
+    assert result.memory_plan["output_bytes"] == 128 * 256 * 4 and result.memory_plan["free_bytes"] > 0
+    # Only the problem and the candidate's files: outputs never go through disk, whatever their size.
+    assert result.disk_bytes_written is not None and result.disk_bytes_written < 64 * 1024
+    assert {"reference.ready", "candidate.ready", "correctness", "candidate.timing"} <= set(result.timeline_s)
 
 
 def test_huge_allocation_is_a_runtime_error() -> None:

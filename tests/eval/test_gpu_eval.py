@@ -22,6 +22,8 @@ INLINE_CANDIDATE = EXAMPLES / "candidates" / "swish_residual_inline.py"
 SWISH = EXAMPLES / "problems" / "swish_residual.py"
 # Large enough that the fused kernel's saved memory traffic outweighs the Python launcher's overhead.
 RELU_ADD_LARGE = edit(edit(RELU_ADD, "batch = 64", "batch = 16384"), "size = 1024", "size = 4096")
+# 2 GiB in, 2 GiB out: outputs of this size failed in torch.save when they went through disk.
+RELU_ADD_2GIB = edit(edit(RELU_ADD, "batch = 64", "batch = 131072"), "size = 1024", "size = 4096")
 
 
 def project_files(root: Path) -> dict[str, str]:
@@ -126,3 +128,24 @@ def test_profile_with_nsight_compute() -> None:
     assert kernel.kernel.startswith("relu_add_")
     assert kernel.duration_us and kernel.dram_throughput_pct is not None and kernel.achieved_occupancy_pct
     assert result.checklist and "checklist:" in result.report
+
+
+def test_multi_gigabyte_problem_is_verified_on_the_gpu_without_disk() -> None:
+    """Outputs compared on the device in the reference's process: no file holds them, the memory plan names
+    their size, and the verdict takes seconds."""
+    result = run_cuda(project_files(CUDA_CANDIDATE), RELU_ADD_2GIB, measure_baselines=False, timing_trials=20)
+    assert result.status is EvalStatus.CORRECT, (result.message, result.findings)
+    assert result.memory_plan["output_bytes"] == 2 * 1024**3
+    assert result.disk_bytes_written is not None and result.disk_bytes_written < 1024**2
+    assert result.peak_memory_bytes["reference"] >= 4 * 1024**3  # its inputs and outputs lived on the GPU
+    assert result.duration_s < 60, result.timeline_s
+
+
+def test_one_wrong_element_of_a_multi_gigabyte_output_is_caught() -> None:
+    files = project_files(CUDA_CANDIDATE)
+    files["model_new.py"] = edit(
+        files["model_new.py"], "        return out", "        out.view(-1)[-1:].fill_(123.0)\n        return out"
+    )
+    result = run_cuda(files, RELU_ADD_2GIB, measure_baselines=False, timing_trials=20)
+    assert result.status is EvalStatus.INCORRECT, (result.status, result.message, result.findings)
+    assert "exceeds atol" in result.message and result.trials_passed == 0

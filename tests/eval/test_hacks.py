@@ -7,16 +7,11 @@ Most candidates start from a correct copy-only solution of examples/problems/tra
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from cuda_agent.contracts.common import EvalStatus
 from cuda_agent.contracts.eval import EvalRequest, TimingStats
-from cuda_agent.eval.evaluate import Abort, _Evaluation
-from cuda_agent.eval.protocol import RESULT_FILE, ChildJob
-from cuda_agent.sandbox import SandboxResult
+from cuda_agent.eval.evaluate import Abort, Evaluation
 from cuda_agent.settings import get_settings
 from tests.eval.helpers import RELU_ADD, TRANSPOSE, TRANSPOSE_NEW, codes, edit, module_new, run
 
@@ -173,7 +168,7 @@ def test_torch_function_patched(device: str) -> None:
 
 
 def test_harness_function_patched(device: str) -> None:
-    init = "import sys\nsys.modules['__main__'].flatten = lambda output: [output]"
+    init = "import sys\nsys.modules['cuda_agent.eval.child.candidate'].flatten = lambda output: [output]"
     assert_hack(run(module_new(COPY + "\nreturn out", init), device=device), "harness_patched")
 
 
@@ -233,14 +228,6 @@ def test_file_read_in_forward(device: str) -> None:
     assert_hack(run(module_new(forward), device=device), "file_access_in_forward")
 
 
-def test_forging_the_result_file(device: str) -> None:
-    init = (
-        "import json\nwith open('result.json', 'w') as f:\n"
-        "    json.dump({'role': 'candidate', 'status': 'ok', 'timings': {}}, f)"
-    )
-    assert_hack(run(module_new(COPY + "\nreturn out", init), device=device), "harness_files_accessed")
-
-
 def test_ctypes_in_forward(device: str) -> None:
     forward = "import ctypes\nctypes.CDLL('libc.so.6')\n" + COPY + "\nreturn out"
     assert_hack(run(module_new(forward), device=device), "ctypes_in_forward")
@@ -256,58 +243,146 @@ def test_sys_exit_in_forward(device: str) -> None:
     assert_hack(run(module_new(forward), device=device), "early_exit")
 
 
-def test_reference_output_is_out_of_reach(device: str) -> None:
-    """The reference child's directory is not mounted in the candidate's sandbox: a candidate searching the
-    filesystem for the reference outputs finds none and cannot pass."""
-    init = (
-        "import glob\nself.found = [p for p in glob.glob('/tmp/**/ref/outputs.pt', recursive=True)]"
-        "\nassert not self.found, self.found"
+# --- the channel to the parent and the shared output buffer ----------------------------------------------------
+
+# The channel's descriptor is on the child's command line (on the GPU the process holds other sockets too).
+FIND_CHANNEL = (
+    "import os\n"
+    "cmdline_fd = os.open('/proc/self/cmdline', os.O_RDONLY)\n"
+    "argv = os.read(cmdline_fd, 1 << 16).split(bytes(1))\n"
+    "os.close(cmdline_fd)\n"
+    "fd = int(argv[argv.index(b'--channel') + 1])\n"
+)
+
+
+def test_forged_report_on_the_channel(device: str) -> None:
+    """A report written by candidate code (not answering the parent's finish, no nonce) is not the harness's."""
+    forward = (
+        FIND_CHANNEL
+        + 'os.write(fd, b\'{"op":"report","role":"candidate","status":"ok","timings":{}}\\n\')\n'
+        + COPY
+        + "\nreturn out"
     )
-    result = run(module_new(COPY + "\nreturn out", init), device=device)
+    assert_hack(run(module_new(forward), device=device), "protocol_violation")
+
+
+def test_oversized_message_on_the_channel(device: str) -> None:
+    """The parent reads at most MAX_MESSAGE bytes of one message, then stops the child: never unbounded memory."""
+    forward = FIND_CHANNEL + "os.write(fd, b'x' * (5 * 1024 * 1024))\n" + COPY + "\nreturn out"
+    assert_hack(run(module_new(forward), device=device), "protocol_violation")
+
+
+def test_descriptor_of_its_own_instead_of_the_buffer(device: str) -> None:
+    """A candidate passing a descriptor of its own (a memfd holding whatever it likes) breaks the protocol:
+    only the reference passes a buffer."""
+    forward = (
+        FIND_CHANNEL
+        + "import socket\nmine = os.memfd_create('fake-outputs')\n"
+        + 'socket.send_fds(socket.socket(fileno=os.dup(fd)), [b\'{"op":"shipped","outputs":[]}\\n\'], [mine])\n'
+        + COPY
+        + "\nreturn out"
+    )
+    assert_hack(run(module_new(forward), device=device), "protocol_violation")
+
+
+# Reads a file or a range of one without the open() builtin, which the static scan refuses on its own.
+READ = (
+    "import os\n\n\ndef read(path, offset=0, size=None):\n"
+    "    fd = os.open(path, os.O_RDONLY)\n"
+    "    try:\n"
+    "        if size is not None:\n"
+    "            return os.pread(fd, size, offset)\n"
+    "        chunks = []\n"
+    "        while chunk := os.read(fd, 1 << 16):\n"
+    "            chunks.append(chunk)\n"
+    "        return b''.join(chunks)\n"
+    "    finally:\n"
+    "        os.close(fd)\n"
+)
+
+
+def test_job_description_holds_no_secret(device: str) -> None:
+    """Everything the candidate's process holds when its model is built (read here through /proc/self/mem, as
+    ctypes could) contains no seed and no spot-check choice: each seed arrives with its trial, and whether a
+    timed call is checked is decided after it returned."""
+    # As the channel carries them: a key '"seed":' before a number, a value ':"ship"'. The quoted forms are never
+    # built here (they would be found in this process's own memory); source lines held in memory ('"seed",'
+    # in torch's) do not match.
+    init = (
+        "def quoted(chunk, word, before, after):\n"
+        "    i = chunk.find(word)\n"
+        "    while i > 1:\n"
+        "        end = i + len(word)\n"
+        "        quotes = chunk[i - 1] == 34 and chunk[end : end + 1] == bytes([34])\n"
+        "        if quotes and before(chunk[i - 2]) and after(chunk[end + 1 : end + 2]):\n"
+        "            return True\n"
+        "        i = chunk.find(word, i + 1)\n"
+        "    return False\n"
+        "\n"
+        "found = []\n"
+        "for line in read('/proc/self/maps').decode().splitlines():\n"
+        "    fields = line.split()\n"
+        "    if 'rw' not in fields[1] or len(fields) > 5:\n"
+        "        continue\n"
+        "    lo, hi = (int(v, 16) for v in fields[0].split('-'))\n"
+        "    if hi - lo > 512 * 1024**2:\n"
+        "        continue\n"
+        "    try:\n"
+        "        chunk = read('/proc/self/mem', lo, hi - lo)\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if quoted(chunk, b'seed', lambda c: True, lambda c: c == b':'):\n"
+        "        found.append('a seed')\n"
+        "    if quoted(chunk, b'ship', lambda c: c == 58, lambda c: True):\n"
+        "        found.append('a ship command')\n"
+        "assert not found, found"
+    )
+    result = run(module_new(COPY + "\nreturn out", init, prelude=READ), device=device)
     assert result.status is EvalStatus.CORRECT, (result.message, result.findings)
+
+
+def test_shared_buffer_never_holds_reference_outputs() -> None:
+    """The buffer the candidate's outputs travel in is the only memory it shares with the reference, and only
+    the candidate writes it: returning what it holds (read back through the process's own mapping) returns the
+    previous trial's output (the second trial's is wrong, the others pass). (CPU: on the GPU the mapping is
+    device memory the harness alone points to.)"""
+    forward = (
+        "self.calls += 1\n"
+        "maps = [m for m in read('/proc/self/maps').decode().splitlines() if 'cuda-agent-outputs' in m]\n"
+        "if maps and self.calls == 2:\n"
+        "    data = bytearray(read('/proc/self/mem', int(maps[0].split('-')[0], 16), x.numel() * 4))\n"
+        "    out = torch.empty(x.shape[1], x.shape[0])\n"
+        "    out.view(-1).copy_(torch.frombuffer(data, dtype=torch.float32))\n"
+        "    return out\n" + COPY + "\nreturn out"
+    )
+    result = run(module_new(forward, "self.calls = 0", prelude=READ))
+    assert result.status is EvalStatus.INCORRECT, (result.status, result.message, result.findings)
+    assert result.message.startswith("trial 1 output 0: max abs error") and result.trials_passed == 3
 
 
 # --- the parent's own layers ----------------------------------------------------------------------------------
 
 
-def _evaluation(tmp_path: Path, candidate: str) -> tuple[_Evaluation, Path, dict[str, str]]:
+def test_implausible_speedup_must_be_confirmed() -> None:
+    """A claimed time far below what an independent re-timing in a fresh process measures is rejected."""
     from cuda_agent.contracts.compile import CandidateSource
 
+    slow = module_new("import time\ntime.sleep(0.002)\n" + COPY + "\nreturn out")
     req = EvalRequest(
         problem_source=TRANSPOSE,
-        candidate=CandidateSource(form="kernelbench", files={"model_new.py": candidate}),
+        candidate=CandidateSource(form="kernelbench", files={"model_new.py": slow}),
         device="cpu",
         timing_trials=10,
         warmup=1,
         timeout_s=90,
     )
-    evaluation = _Evaluation(req, get_settings())
-    cand_dir = tmp_path / "cand"
-    cand_dir.mkdir()
-    env = evaluation.prepare_candidate(cand_dir)
-    return evaluation, cand_dir, env
-
-
-def test_forged_report_is_rejected(tmp_path: Path) -> None:
-    """A result file that is not the harness's (garbage, or another schema) is a hack, never a verdict."""
-    evaluation, cand_dir, _ = _evaluation(tmp_path, TRANSPOSE_NEW)
-    (cand_dir / RESULT_FILE).write_text(json.dumps({"role": "candidate", "status": "ok", "speedup": 1000}))
-
-    exited = SandboxResult(exit_code=0, signal=None, stdout="", stderr="", timed_out=False, duration_s=1.0)
-    job = ChildJob(role="candidate", device="cpu", seeds=[1])
-    run_ = evaluation.read_child(cand_dir, job, exited)
-    assert run_.status is EvalStatus.HACK_DETECTED
-    assert [f.code for f in run_.findings] == ["result_tampered"]
-
-
-def test_implausible_speedup_must_be_confirmed(tmp_path: Path) -> None:
-    """A claimed time far below what an independent re-timing in a fresh process measures is rejected."""
-    slow = module_new("import time\ntime.sleep(0.002)\n" + COPY + "\nreturn out")
-    evaluation, _, _ = _evaluation(tmp_path, slow)
+    evaluation = Evaluation(req, get_settings())
     claimed = TimingStats(median_ms=1e-4, mean_ms=1e-4, std_ms=0.0, min_ms=1e-4, max_ms=1e-4, trials=10)
-    with pytest.raises(Abort) as stop:
-        evaluation.reverify(claimed, {"findings": [], "trials_run": 4})
-    evaluation.cleanup()
+    try:
+        with pytest.raises(Abort) as stop:
+            evaluation.reverify(claimed, {"findings": [], "trials_run": 4})
+    finally:
+        evaluation.cleanup()
     assert stop.value.result.status is EvalStatus.HACK_DETECTED
     assert "timing_unconfirmed" in codes(stop.value.result)
 

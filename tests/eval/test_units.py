@@ -1,8 +1,11 @@
-"""Pure-Python parts of the evaluation library: tolerances, reward, comparison, static scan, baseline cache,
-Nsight Compute CSV parsing."""
+"""Pure-Python parts of the evaluation library: tolerances, reward, comparison, memory plan, the channel and the
+shared buffer (real sockets, a real memfd), static scan, baseline cache, Nsight Compute CSV parsing."""
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,15 +14,19 @@ import torch
 from cuda_agent.contracts.common import TolerancePreset
 from cuda_agent.contracts.compile import CandidateForm, CandidateSource
 from cuda_agent.contracts.eval import ProfileRequest, TimingStats
-from cuda_agent.eval import compare
+from cuda_agent.eval import compare, memory
 from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key
-from cuda_agent.eval.evaluate import stats
+from cuda_agent.eval.child.channel import MAX_MESSAGE, Channel, ChannelClosed, ChannelError
+from cuda_agent.eval.child.protocol import ChildTimings, OutputMeta
+from cuda_agent.eval.child.shared import SharedBuffer, SharedBufferError
+from cuda_agent.eval.evaluate import Trials
 from cuda_agent.eval.profile import checklist, parse_ncu_csv, profile_candidate, report_text
-from cuda_agent.eval.protocol import ChildTimings
 from cuda_agent.eval.reward import continuous_speedup, reward_for
 from cuda_agent.eval.static_scan import scan_candidate, scan_python
+from cuda_agent.eval.timing import stats
 from cuda_agent.eval.tolerance import tolerance_for
-from tests.eval.helpers import RELU_ADD, TRANSPOSE_NEW
+from cuda_agent.problem import load_problem
+from tests.eval.helpers import RELU_ADD, TRANSPOSE, TRANSPOSE_NEW
 
 DATA = Path(__file__).parent / "data"
 
@@ -59,51 +66,123 @@ def test_timing_stats() -> None:
     assert s.samples_ms == [1.0, 2.0, 3.0, 10.0] and s.host_samples_ms == [1.5] * 4
 
 
-def test_compare_rejects_shape_dtype_nan_and_tolerance() -> None:
+def test_compare_rejects_nan_tolerance_and_integer_differences() -> None:
     ref = torch.ones(4, 4)
     kb = TolerancePreset.KERNELBENCH
     assert compare.compare_one(ref + 5e-5, ref, kb)[0]
     assert not compare.compare_one(ref + 1e-3, ref, kb)[0]
     assert compare.compare_one(ref + 1e-3, ref, TolerancePreset.PAPER)[0]
-    assert "shape" in compare.compare_one(torch.ones(16), ref, kb)[1]
-    assert "dtype" in compare.compare_one(ref.double(), ref, kb)[1]
     nan = ref.clone()
     nan[0, 0] = float("nan")
     assert "NaN" in compare.compare_one(nan, ref, kb)[1]
-    assert "not a tensor" in compare.compare_one(None, ref, kb)[1]
     assert not compare.compare_one(torch.tensor([1, 2]), torch.tensor([1, 3]), kb)[0]
+    half = torch.ones(8, dtype=torch.bfloat16)
+    assert compare.compare_one(half, half, kb) == (True, "", 0.0)
 
 
-def test_compare_trials_counts_and_reports() -> None:
-    ref = [[torch.ones(3)], [torch.zeros(3)]]
-    result = compare.compare_trials([[torch.ones(3)], [torch.ones(3)]], ref, TolerancePreset.KERNELBENCH)
-    assert result.passed == 1 and result.failures[0].startswith("trial 1 output 0")
-    assert (
-        "returned 2 outputs"
-        in compare.compare_trials([[torch.ones(3), torch.ones(3)]], ref[:1], "kernelbench").failures[0]
-    )  # type: ignore[arg-type]
+def test_compare_in_chunks_finds_one_wrong_element(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunked comparison agrees with torch.allclose, including one bad element in the last chunk."""
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 1000)
+    ref = torch.randn(10_007)
+    cand = ref.clone()
+    assert compare.compare_one(cand, ref, TolerancePreset.KERNELBENCH)[0]
+    cand[-1] += 1.0
+    ok, why, err = compare.compare_one(cand, ref, TolerancePreset.KERNELBENCH)
+    assert not ok and not torch.allclose(cand, ref, atol=1e-4, rtol=1e-4)
+    assert err == pytest.approx(1.0, rel=1e-3) and "exceeds atol" in why
+
+
+def test_shape_and_dtype_mismatches_are_named() -> None:
+    ref = [OutputMeta(shape=[128, 256], dtype="torch.float32"), None]
+    same = [OutputMeta(shape=[128, 256], dtype="torch.float32"), None]
+    assert compare.meta_mismatch(same, ref) == []
+    shape = compare.meta_mismatch([OutputMeta(shape=[256, 128], dtype="torch.float32"), None], ref)
+    assert shape == ["output 0: output shape (256, 128) != expected (128, 256)"]
+    dtype = compare.meta_mismatch([OutputMeta(shape=[128, 256], dtype="torch.float64"), None], ref)
+    assert "dtype torch.float64" in dtype[0]
+    assert "not a tensor" in compare.meta_mismatch([None, None], ref)[0]
+    assert "returned 1 outputs, expected 2" in compare.meta_mismatch(same[:1], ref)[0]
+
+
+def test_compare_outputs_reports_each_failure() -> None:
+    result = compare.compare_outputs([torch.ones(3), None], [torch.zeros(3), torch.ones(2)], "kernelbench")  # type: ignore[arg-type]
+    assert not result.passed and result.failures[0].startswith("output 0: max abs error 1")
+    assert result.max_abs_error == 1.0
 
 
 def test_degenerate_problems_are_named() -> None:
     kb = TolerancePreset.KERNELBENCH
-    assert "all-zeros" in (compare.degenerate_reason([[torch.full((8,), 1e-6)], [torch.full((8,), 2e-6)]], kb) or "")
-    assert "constant" in (compare.degenerate_reason([[torch.full((8,), 5.0)], [torch.full((8,), 5.00001)]], kb) or "")
-    assert "does not depend" in (compare.degenerate_reason([[torch.arange(8.0)], [torch.arange(8.0)]], kb) or "")
-    assert "NaN" in (compare.degenerate_reason([[torch.tensor([float("inf")])]], kb) or "")
-    assert compare.degenerate_reason([[torch.randn(8)], [torch.randn(8)]], kb) is None
+    assert "all-zeros" in (compare.degenerate_reason([torch.full((8,), 1e-6)], kb) or "")
+    assert "constant" in (compare.degenerate_reason([torch.full((8,), 5.0)], kb) or "")
+    assert "NaN" in (compare.degenerate_reason([torch.tensor([float("inf")])], kb) or "")
+    assert compare.degenerate_reason([torch.randn(8)], kb) is None
+    # Outputs that do not depend on the inputs show across trials, through equal fingerprints.
+    trials = Trials()
+    trials.degenerate = [None, None]
+    trials.ref_fingerprints = [compare.fingerprint([torch.arange(8.0)])] * 2
+    assert "does not depend" in (trials.degenerate_reason() or "")
+    trials.ref_fingerprints[1] = compare.fingerprint([torch.arange(8.0).flip(0)])
+    assert trials.degenerate_reason() is None
+    trials.cand_fingerprints = [compare.fingerprint([torch.zeros(8)])] * 2
+    assert trials.constant_output()
 
 
-def test_outputs_file_must_hold_plain_tensors(tmp_path: Path) -> None:
-    good = tmp_path / "good.pt"
-    torch.save({"trials": [[torch.ones(2), None]], "spot": []}, good)
-    assert compare.load_outputs(good)["trials"][0][1] is None
-    bad = tmp_path / "bad.pt"
-    torch.save({"trials": [[3]], "spot": []}, bad)
-    with pytest.raises(compare.OutputsUnreadable):
-        compare.load_outputs(bad)
-    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
-    with pytest.raises(compare.OutputsUnreadable):
-        compare.load_outputs(tmp_path / "junk.pt")
+def test_memory_plan_from_the_meta_device_and_refusal_naming_sizes() -> None:
+    problem = load_problem(TRANSPOSE, name="kb_plan", filename="problem.py")
+    plan = memory.plan_trial(problem, [])
+    assert plan.input_bytes == plan.output_bytes == 128 * 256 * 4 and plan.parameter_bytes == 0
+    assert memory.refusal(plan, 10 * 1024**3, "GPU") is None
+    message = memory.refusal(plan, 1024, "GPU") or ""
+    assert message.startswith("problem too large for this GPU: one trial needs") and "GiB free" in message
+    assert "outputs 0.00 GiB" in message
+
+
+def test_channel_bounds_messages_and_descriptors() -> None:
+    left, right = socket.socketpair()
+    a, b = Channel(left), Channel(right)
+    try:
+        a.send({"op": "ready"})
+        assert b.recv(5) == ({"op": "ready"}, [])
+        r, w = os.pipe()
+        a.send({"op": "outputs"}, [r])
+        message, fds = b.recv(5)
+        assert message == {"op": "outputs"} and len(fds) == 1
+        os.close(fds[0])
+        with pytest.raises(TimeoutError):
+            b.recv(0.05)
+        left.sendall(b"[1, 2]\n")
+        with pytest.raises(ChannelError, match="not a JSON object"):
+            b.recv(5)
+        flood = threading.Thread(target=left.sendall, args=(b"x" * (MAX_MESSAGE + 70_000),), daemon=True)
+        flood.start()  # the reader stops at the bound; the writer then blocks on a full socket
+        with pytest.raises(ChannelError, match="longer than"):
+            b.recv(5)
+        os.close(r)
+        os.close(w)
+        left.close()
+        with pytest.raises(ChannelClosed):
+            Channel(right).recv(5)
+    finally:
+        right.close()
+
+
+def test_cpu_shared_buffer_is_sealed_and_bounded() -> None:
+    """The reference's memfd cannot be shrunk by the candidate (which would fault the reference's mapping), and
+    views never reach outside it."""
+    owner = SharedBuffer.create("cpu", 4096)
+    importer = SharedBuffer.attach("cpu", os.dup(owner.fd), 4096)
+    try:
+        importer.view(256, (4,), torch.float32).copy_(torch.arange(4.0))
+        assert owner.view(256, (4,), torch.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
+        with pytest.raises(PermissionError):
+            os.ftruncate(owner.fd, 16)
+        with pytest.raises(SharedBufferError):
+            owner.view(4096 - 8, (4,), torch.float32)
+        with pytest.raises(SharedBufferError):
+            SharedBuffer.attach("cpu", os.dup(owner.fd), 8192)
+    finally:
+        importer.close()
+        owner.close()
 
 
 def test_static_scan_accepts_clean_candidates() -> None:

@@ -14,7 +14,7 @@ from tests.conftest import cli
         ({"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}, "database unreachable at"),
         ({"DATABASE_URL": "notadb://x"}, "invalid database URL"),
         ({"CUDA_AGENT_ENVIRONMENT": "production"}, "CUDA_AGENT_SECRET_KEY must be set"),
-        ({"CUDA_AGENT_TASK_TIME_LIMIT_S": "100", "CUDA_AGENT_VISIBILITY_TIMEOUT_S": "50"}, "must exceed"),
+        ({"CUDA_AGENT_JOB_LEASE_S": "5", "CUDA_AGENT_JOB_HEARTBEAT_S": "4"}, "at least twice"),
         ({"CUDA_AGENT_COMPILE_TIMEOUT_S": "soon"}, "compile_timeout_s"),
     ],
 )

@@ -13,8 +13,21 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
+from cuda_agent.db.models import Job
 from tests.conftest import ROOT
+
+# Job recovery on a test clock: a dead attempt's lease expires within seconds and every worker sweeps each second,
+# so fault tests finish in seconds instead of the production half-minute. Six heartbeats per lease: a test host
+# busy enough to miss five in a row hands the job to another attempt, which is correct but costs an attempt.
+FAST_RECOVERY = {
+    "CUDA_AGENT_JOB_LEASE_S": "3",
+    "CUDA_AGENT_JOB_HEARTBEAT_S": "0.5",
+    "CUDA_AGENT_JOB_SWEEP_INTERVAL_S": "1",
+    "CUDA_AGENT_JOB_REQUEUE_AFTER_S": "3",
+}
 
 
 def free_port() -> int:
@@ -60,6 +73,9 @@ def stack_env(pg_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
         CUDA_AGENT_DATA_DIR=str(tmp_path / "data"),
         CUDA_AGENT_ENVIRONMENT="test",
         PYTHONUNBUFFERED="1",
+        # Polling a job (wait_job) must not be throttled; the rate limit has its own test, which sets it low.
+        CUDA_AGENT_RATE_LIMIT_PER_MINUTE="100000",
+        **FAST_RECOVERY,
     )
     return env
 
@@ -109,9 +125,90 @@ def auth(api_key: str) -> dict[str, str]:
 def wait_job(base: str, job_id: str, statuses: set[str], headers: dict[str, str], timeout: float = 120) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        job = httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers, timeout=5).json()
+        response = httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers, timeout=5)
+        assert response.status_code == 200, response.text
+        job = response.json()
         if job["status"] in statuses:
             return job
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job_id} stuck in {job['status']}: {job}")
         time.sleep(0.2)
+
+
+def stored_job(pg_url: str, job_id: str) -> Job:
+    """The job row as Postgres holds it now (read directly, not through an API that a fault test may disturb)."""
+    engine = create_engine(pg_url)
+    try:
+        with Session(engine) as session:
+            job = session.get(Job, job_id)
+            assert job is not None
+            session.expunge(job)
+            return job
+    finally:
+        engine.dispose()
+
+
+def wait_stored(pg_url: str, job_id: str, done: Callable[[Job], bool], timeout: float = 60) -> Job:
+    """Poll the job row until ``done`` holds; AssertionError with the row when it does not in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = stored_job(pg_url, job_id)
+        if done(job):
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"job {job_id}: {job.status.value}, attempts {job.attempts}, owner {job.lease_owner}, {job.error}"
+            )
+        time.sleep(0.1)
+
+
+def lease_pid(job: Job) -> int:
+    """The pid of the process running the job's current attempt (lease owner "host:pid:token")."""
+    assert job.lease_owner is not None, job
+    return int(job.lease_owner.split(":")[-2])
+
+
+class RedisServer:
+    """A private redis-server on a loopback port that keeps nothing on disk, so a restart loses every queue."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.workdir,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port).ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

@@ -20,11 +20,11 @@ from tests.integration.conftest import start_api, wait_job
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 
 
-def optimize_body(server: FakeOpenAIServer) -> dict:
+def optimize_body() -> dict:
     return {
         "problem_source": PROBLEM,
         "policy": "openai",
-        "policy_options": {"base_url": server.base_url, "model": "fake-model", "api_key": "test"},
+        "policy_options": {"endpoint": "fake"},  # the operator's endpoint, configured on the API and workers
         "config": {
             "device": "cpu",
             "max_turns": 12,
@@ -37,18 +37,19 @@ def optimize_body(server: FakeOpenAIServer) -> dict:
 
 
 def test_optimize_through_the_services(stack_env, spawn, pg_url, auth):
-    env = {**stack_env, "CUDA_AGENT_MAX_CONCURRENT_JOBS": "1"}
-    for queue in ("rollout", "compile", "eval"):
-        spawn(["worker", queue, "--concurrency", "1"], env, f"worker-{queue}")
-    base = start_api(spawn, env, "agent")
-
     with FakeOpenAIServer(SCRIPT) as server:
-        response = httpx.post(f"{base}/v1/optimize", json=optimize_body(server), headers=auth, timeout=10)
+        endpoints = {"fake": {"base_url": server.base_url, "model": "fake-model", "api_key": "test"}}
+        env = {**stack_env, "CUDA_AGENT_MAX_CONCURRENT_JOBS": "1", "CUDA_AGENT_LLM_ENDPOINTS": json.dumps(endpoints)}
+        for queue in ("rollout", "compile", "eval"):
+            spawn(["worker", queue, "--concurrency", "1"], env, f"worker-{queue}")
+        base = start_api(spawn, env, "agent")
+
+        response = httpx.post(f"{base}/v1/optimize", json=optimize_body(), headers=auth, timeout=10)
         assert response.status_code == 202, response.text
         job_id = response.json()["id"]
 
         # One optimize job at a time for this tenant: the second is refused with a clear 429.
-        second = httpx.post(f"{base}/v1/optimize", json=optimize_body(server), headers=auth, timeout=10)
+        second = httpx.post(f"{base}/v1/optimize", json=optimize_body(), headers=auth, timeout=10)
         assert second.status_code == 429 and "limit 1" in second.json()["detail"]
 
         job = wait_job(base, job_id, {"succeeded", "failed"}, auth, timeout=600)

@@ -3,6 +3,10 @@
 Token ids and logprobs are recorded when the server returns them, for RL: logprobs through the standard
 ``logprobs`` field; token ids through vLLM's extra fields (``return_token_ids``: ``prompt_token_ids`` on the
 response, ``token_ids`` on the choice) or its ``token_id:N`` logprob tokens. Both are optional.
+
+Where requests go is the operator's choice: a job names one of the endpoints in settings (``llm_endpoints``, and
+``default`` from the ``CUDA_AGENT_OPENAI_*`` settings), never a URL or a key (contracts.agent.OpenAIPolicyOptions).
+A URL given directly is for code the operator runs (the CLI, tests), and is sent no configured key.
 """
 
 from __future__ import annotations
@@ -13,12 +17,45 @@ from collections.abc import Callable
 from typing import Any
 
 import openai
+from pydantic import SecretStr
 
 from cuda_agent.agent.policies.base import PolicyError
 from cuda_agent.contracts.agent import AssistantTurn, TokenUsage, ToolCall
-from cuda_agent.settings import get_settings
+from cuda_agent.settings import ConfigError, LLMEndpoint, get_settings
 
 TOKEN_ID_PREFIX = "token_id:"
+LOCAL_ENDPOINT = "local"
+# Endpoints the operator's own process declared (`cuda-agent optimize --policy-option base_url=...`): they serve
+# only jobs that run in that process, which is why they live here and not in settings.
+_local_endpoints: dict[str, LLMEndpoint] = {}
+
+
+def use_local_endpoint(base_url: str, *, model: str | None = None, api_key: str | None = None) -> str:
+    """Declare an endpoint by URL for jobs run in this process (operator code only) and return its name."""
+    if not get_settings().embedded:
+        raise ConfigError(
+            "an endpoint URL given on the command line reaches only jobs run in this process, and with a broker "
+            "the rollout runs on a worker: configure it there (CUDA_AGENT_LLM_ENDPOINTS) and name it instead"
+        )
+    _local_endpoints[LOCAL_ENDPOINT] = LLMEndpoint(
+        base_url=base_url, model=model or get_settings().openai_model, api_key=SecretStr(api_key or "EMPTY")
+    )
+    return LOCAL_ENDPOINT
+
+
+def resolve_endpoint(name: str, model: str | None = None) -> tuple[LLMEndpoint, str]:
+    """The endpoint named ``name`` and the model to ask it for: ``model`` when the endpoint offers it, else its
+    own. ConfigError, naming what is configured, for an unknown endpoint or a model it does not offer."""
+    endpoint = _local_endpoints.get(name) or get_settings().llm_endpoint(name)
+    if model is not None and not endpoint.allows(model):
+        offered = ", ".join(m for m in [endpoint.model, *endpoint.models] if m) or "none configured"
+        raise ConfigError(f"endpoint {name!r} does not offer model {model!r}; it offers: {offered}")
+    chosen = model or endpoint.model
+    if not chosen:
+        raise ConfigError(
+            f"endpoint {name!r} has no model configured (CUDA_AGENT_OPENAI_MODEL or CUDA_AGENT_LLM_ENDPOINTS)"
+        )
+    return endpoint, chosen
 
 
 def _transient(exc: openai.OpenAIError) -> bool:
@@ -36,8 +73,9 @@ class OpenAIPolicy:
     def __init__(
         self,
         *,
-        base_url: str | None = None,
+        endpoint: str = "default",
         model: str | None = None,
+        base_url: str | None = None,
         api_key: str | None = None,
         temperature: float = 1.0,
         top_p: float | None = None,
@@ -51,14 +89,17 @@ class OpenAIPolicy:
         max_backoff_s: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        settings = get_settings()
-        self.model = model or settings.openai_model
-        if not self.model:
-            raise ValueError("the openai policy needs a model name (argument or CUDA_AGENT_OPENAI_MODEL)")
+        if base_url is not None:  # operator code naming a server itself: no configured key goes there
+            direct_model = model or get_settings().openai_model
+            if not direct_model:
+                raise ValueError("the openai policy needs a model name (argument or CUDA_AGENT_OPENAI_MODEL)")
+            target, self.model = LLMEndpoint(base_url=base_url, api_key=SecretStr(api_key or "EMPTY")), direct_model
+        else:
+            target, self.model = resolve_endpoint(endpoint, model)
         # The SDK's own retries are off: ours classify errors and record why a rollout stopped.
         self.client = openai.OpenAI(
-            base_url=base_url or settings.openai_base_url,
-            api_key=api_key or settings.openai_api_key.get_secret_value(),
+            base_url=target.base_url,
+            api_key=target.api_key.get_secret_value(),
             timeout=timeout_s,
             max_retries=0,
         )

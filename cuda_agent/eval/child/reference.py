@@ -1,0 +1,177 @@
+"""The reference role: runs only the problem's Model (never candidate code), keeps its outputs on the device,
+and compares the candidate's outputs, which arrive in a shared buffer it owns, against them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from cuda_agent.eval import compare, memory, timing
+from cuda_agent.eval.child import harness
+from cuda_agent.eval.child.channel import Channel
+from cuda_agent.eval.child.harness import Stop, classify, flatten, make_inputs, signature
+from cuda_agent.eval.child.protocol import (
+    CompareCommand,
+    Compared,
+    JobCommand,
+    OutputMeta,
+    Outputs,
+    Ready,
+    ReleaseCommand,
+    SpotCommand,
+    TimeCommand,
+    Timed,
+    TrialCommand,
+)
+from cuda_agent.eval.child.shared import SharedBuffer
+
+_ALIGN = 256
+
+
+class Reference(harness.ChildRole):
+    def __init__(self, job: JobCommand, channel: Channel, workdir: str) -> None:
+        super().__init__(job.device, job.memory_fraction, "reference")
+        self.job, self.channel, self.workdir = job, channel, workdir
+        self.kept: list[torch.Tensor | None] = []
+        self.layout: list[OutputMeta | None] = []
+        self.buffer: SharedBuffer | None = None
+        self.base: tuple[int, list[Any]] | None = None
+
+    def start(self) -> None:
+        self.setup_device()
+        self.problem, init_inputs = self.load_problem(self.workdir)
+        ready = Ready()
+        try:
+            ready.plan = memory.plan_trial(self.problem, init_inputs)
+            host_limit = None if self.kind == "cuda" else memory.CPU_ADDRESS_SPACE
+            ready.plan.free_bytes = memory.free_memory(self.kind, self.memory_fraction, host_limit)
+        except Exception as exc:  # no meta implementation for some op: go on without a plan
+            ready.plan_note = f"no memory plan (meta pass failed: {classify(exc)[1]})"
+        self.phase_done("planned")
+        try:
+            harness.manual_seed(harness.INIT_SEED)
+            with harness.default_device(self.device):
+                self.model = self.problem.model_cls(*init_inputs)
+            if isinstance(self.model, torch.nn.Module):
+                self.model = self.model.to(self.device)
+        except Exception as exc:
+            self.fail("problem_error", f"Model(*get_init_inputs()) raised {classify(exc)[1]}")
+        self.phase_done("init")
+        self.channel.send(ready.model_dump(mode="json"))
+
+    def call(self, inputs: list[Any]) -> Any:
+        with harness.no_grad():
+            return self.model(*inputs)
+
+    def run_and_keep(self, inputs: list[Any]) -> None:
+        """One call; its outputs (contiguous, for chunked comparison) are kept and their layout sent."""
+        self.kept = []
+        try:
+            started = harness.perf_counter()
+            values = flatten(self.call(inputs))
+            self.sync()
+            call_ms = (harness.perf_counter() - started) * 1e3
+            self.report.output_aliases_input |= _aliases(values, inputs)
+            del inputs
+            self.kept = [v.contiguous() if type(v) is torch.Tensor else None for v in values]
+            del values
+            degenerate = compare.degenerate_reason(self.kept, self.job.tolerance)
+            fingerprint = compare.fingerprint(self.kept)
+        except Stop:
+            raise
+        except Exception as exc:
+            self.fail("problem_error", f"reference Model.forward raised {classify(exc)[1]}")
+        metas, offset = harness.meta_of(self.kept), 0
+        for meta, value in zip(metas, self.kept, strict=True):
+            if meta is not None and value is not None:
+                meta.offset = offset
+                offset += -(-value.numel() * value.element_size() // _ALIGN) * _ALIGN
+        self.layout = metas
+        new = self.buffer is None or self.buffer.nbytes < offset
+        if new:
+            self.drop_buffer()
+            self.buffer = SharedBuffer.create(self.kind, offset)
+        assert self.buffer is not None
+        reply = Outputs(
+            layout=metas,
+            nbytes=self.buffer.nbytes,
+            new_buffer=new,
+            call_ms=call_ms,
+            input_signature=self.signature,
+            degenerate=degenerate,
+            fingerprint=fingerprint,
+        )
+        self.channel.send(reply.model_dump(mode="json"), [self.buffer.fd] if new else None)
+
+    def trial(self, command: TrialCommand) -> None:
+        try:
+            inputs = make_inputs(self.problem, command.seed, self.device)
+        except Exception as exc:
+            self.fail("problem_error", str(exc))
+        self.signature = signature(inputs)
+        self.run_and_keep(inputs)
+        self.report.trials_run += 1
+        self.phase_done(f"trial{command.index}")
+
+    def spot(self, command: SpotCommand) -> None:
+        """The output of a timed call: the same base inputs and per-call factor the candidate used."""
+        if self.base is None or self.base[0] != command.base_seed:
+            self.base = None  # the old base goes before the new one is made
+            self.base = (command.base_seed, make_inputs(self.problem, command.base_seed, self.device))
+        factor = timing.scales(command.scale_seed, command.call + 1)[command.call]
+        self.signature = signature(self.base[1])
+        self.run_and_keep(timing.scaled(self.base[1], factor))
+
+    def compare(self, _: CompareCommand) -> None:
+        assert self.buffer is not None
+        cand = [
+            None if m is None else self.buffer.view(m.offset, tuple(m.shape), getattr(torch, m.dtype.split(".")[1]))
+            for m in self.layout
+        ]
+        result = compare.compare_outputs(cand, self.kept, self.job.tolerance)
+        reply = Compared(
+            passed=result.passed,
+            failures=result.failures[:8],
+            max_abs_error=result.max_abs_error,
+            fingerprint=compare.fingerprint(cand),
+        )
+        del cand
+        self.release(ReleaseCommand())
+        self.channel.send(reply.model_dump(mode="json"))
+
+    def release(self, _: ReleaseCommand) -> None:
+        self.kept = []
+
+    def time_baselines(self, command: TimeCommand) -> None:
+        """Eager and torch.compile timed like the candidate, on the GPU alone (the parent holds the candidate)."""
+        self.release(ReleaseCommand())
+        self.base = None
+        base = make_inputs(self.problem, command.base_seed, self.device)
+        timer = timing.Timer(self.kind == "cuda")
+        for name in command.baselines:
+            try:
+                target = self.model if name == "eager" else torch.compile(self.model)
+
+                def call(inputs: list[Any], target: Any = target) -> Any:
+                    with harness.no_grad():
+                        return target(*inputs)
+
+                call(base)  # the first compiled call compiles; keep it out of the timed-like warmups
+                self.report.timings[name] = timer.run(
+                    call, base, command.scale_seed, self.job.warmup, self.job.trials, self.job.budget_s
+                )
+            except Exception as exc:
+                self.report.baseline_notes[name] = f"{name} baseline unavailable: {classify(exc)[1]}"
+        self.phase_done("baselines")
+        self.channel.send(Timed().model_dump(mode="json"))
+
+    def drop_buffer(self) -> None:
+        if self.buffer is not None:
+            self.buffer.close()
+            self.buffer = None
+
+
+def _aliases(outputs: list[Any], inputs: list[Any]) -> bool:
+    storages = {harness.storage(x).data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.numel()}
+    return any(harness.storage(t).data_ptr() in storages for t in outputs if isinstance(t, torch.Tensor) and t.numel())
