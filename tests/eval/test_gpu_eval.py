@@ -149,3 +149,14 @@ def test_one_wrong_element_of_a_multi_gigabyte_output_is_caught() -> None:
     result = run_cuda(files, RELU_ADD_2GIB, measure_baselines=False, timing_trials=20)
     assert result.status is EvalStatus.INCORRECT, (result.status, result.message, result.findings)
     assert "exceeds atol" in result.message and result.trials_passed == 0
+
+
+def test_problem_larger_than_the_gpu_is_refused_in_seconds() -> None:
+    """A 256 GiB output cannot fit on any current GPU: the memory plan refuses it before anything is allocated."""
+    huge = edit(RELU_ADD_2GIB, "batch = 131072", "batch = 131072 * 128")
+    result = run_cuda(project_files(CUDA_CANDIDATE), huge, measure_baselines=False)
+    assert result.status is EvalStatus.SANDBOX_ERROR and result.fault == "problem" and result.reward is None
+    assert result.message.startswith("problem too large for this GPU: one trial needs"), result.message
+    assert "outputs 256.00 GiB" in result.message
+    assert "candidate.ready" not in result.timeline_s and "correctness" not in result.timeline_s
+    assert result.duration_s - result.timeline_s["reference.ready"] < 5
