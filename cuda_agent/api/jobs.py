@@ -50,9 +50,10 @@ def cancel(job_id: ObjectId, tenant: TenantDep) -> JobView:
     return JobView.model_validate(cancel_job(job_id, tenant))
 
 
-# A probe that sleeps holds a worker (a GPU one on the eval queue): tenants get a short hold, the operator's
-# service key any hold up to the contract's bound (redelivery drills).
-TENANT_PROBE_SLEEP_S = 10.0
+# A probe that sleeps holds a worker (a GPU one on the eval queue): tenants get a hold no longer than a short
+# evaluation (long enough for the selftest's kill drills on a loaded host), the operator's service key any hold up
+# to the contract's bound.
+TENANT_PROBE_SLEEP_S = 30.0
 
 
 @jobs_router.post("/probe", status_code=status.HTTP_202_ACCEPTED)

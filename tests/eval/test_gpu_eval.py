@@ -142,11 +142,13 @@ def test_multi_gigabyte_problem_is_verified_on_the_gpu_without_disk() -> None:
 
 
 def test_one_wrong_element_of_a_multi_gigabyte_output_is_caught() -> None:
+    """6 GiB of outputs, one element wrong (the last one, in the comparison's last chunk)."""
     files = project_files(CUDA_CANDIDATE)
     files["model_new.py"] = edit(
         files["model_new.py"], "        return out", "        out.view(-1)[-1:].fill_(123.0)\n        return out"
     )
-    result = run_cuda(files, RELU_ADD_2GIB, measure_baselines=False, timing_trials=20)
+    six_gib = edit(RELU_ADD_2GIB, "batch = 131072", "batch = 131072 * 3")
+    result = run_cuda(files, six_gib, measure_baselines=False, timing_trials=20)
     assert result.status is EvalStatus.INCORRECT, (result.status, result.message, result.findings)
     assert "exceeds atol" in result.message and result.trials_passed == 0
 

@@ -92,6 +92,23 @@ def test_compare_in_chunks_finds_one_wrong_element(monkeypatch: pytest.MonkeyPat
     assert err == pytest.approx(1.0, rel=1e-3) and "exceeds atol" in why
 
 
+@pytest.mark.parametrize("preset", list(TolerancePreset))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_compare_agrees_with_torch_allclose_under_every_tolerance_profile(
+    preset: TolerancePreset, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Errors spread around each profile's threshold: the chunked verdict is torch.allclose's, every time."""
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 777)
+    tol = tolerance_for(preset, str(dtype))
+    generator = torch.Generator().manual_seed(7)
+    ref = (torch.randn(5_000, generator=generator) * 3).to(dtype)
+    for scale in (0.0, 0.25, 0.9, 1.1, 4.0, 100.0):
+        noise = torch.rand(5_000, generator=generator) * scale * (tol.atol + tol.rtol * ref.float().abs())
+        cand = (ref.float() + noise).to(dtype)
+        expected = torch.allclose(cand.float(), ref.float(), atol=tol.atol, rtol=tol.rtol)
+        assert compare.compare_one(cand, ref, preset)[0] == expected, (preset, dtype, scale)
+
+
 def test_shape_and_dtype_mismatches_are_named() -> None:
     ref = [OutputMeta(shape=[128, 256], dtype="torch.float32"), None]
     same = [OutputMeta(shape=[128, 256], dtype="torch.float32"), None]
