@@ -77,16 +77,6 @@ def pin_scale(source: str, scale: float, where: str) -> str:
     return source
 
 
-def _tensor_bytes(values: Any) -> int:
-    import torch
-
-    if isinstance(values, torch.Tensor):
-        return values.numel() * values.element_size()
-    if isinstance(values, list | tuple):
-        return sum(_tensor_bytes(v) for v in values)
-    return 0
-
-
 def _describe(values: Any) -> list[str]:
     import torch
 
@@ -100,18 +90,14 @@ def _describe(values: Any) -> list[str]:
 def meta_sizes(source: str, filename: str = PROBLEM_FILE) -> ProblemSizes:
     """Sizes of inputs, parameters and outputs of one call, computed on the meta device.
 
-    Factory calls in ``Model.__init__`` and ``get_inputs`` allocate on the device in the ``torch.device`` context,
-    so a problem that builds its tensors without naming a device is sized without allocating them.
+    The same pass as the evaluation's memory plan (``cuda_agent.eval.memory.meta_call``).
     """
-    import torch
+    from cuda_agent.eval.memory import meta_call, nbytes
 
     module_name = f"bench_meta_{uuid.uuid4().hex}"
     problem = load_problem(source, name=module_name, filename=filename)
     try:
-        with torch.device("meta"), torch.no_grad():
-            model = problem.model_cls(*call_inputs(problem.get_init_inputs, "get_init_inputs"))
-            inputs = call_inputs(problem.get_inputs, "get_inputs")
-            outputs = model(*inputs)
+        model, inputs, outputs = meta_call(problem, call_inputs(problem.get_init_inputs, "get_init_inputs"))
     except ProblemError:
         raise
     except Exception as exc:
@@ -119,8 +105,8 @@ def meta_sizes(source: str, filename: str = PROBLEM_FILE) -> ProblemSizes:
     finally:
         sys.modules.pop(module_name, None)
     return ProblemSizes(
-        input_bytes=_tensor_bytes(inputs),
-        output_bytes=_tensor_bytes(outputs),
+        input_bytes=nbytes(inputs),
+        output_bytes=nbytes(outputs),
         parameter_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         outputs=_describe(outputs),
     )

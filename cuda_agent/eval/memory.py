@@ -21,25 +21,32 @@ GIB = 1024**3
 CPU_ADDRESS_SPACE = 16 * GIB  # RLIMIT_AS of each CPU evaluation child (children.py)
 
 
-def _nbytes(values: Any) -> int:
+def nbytes(values: Any) -> int:
+    """Bytes of the tensors in ``values`` (a tensor, or lists and tuples of them; anything else counts 0)."""
     if isinstance(values, torch.Tensor):
         return values.numel() * values.element_size()
     if isinstance(values, list | tuple):
-        return sum(_nbytes(v) for v in values)
+        return sum(nbytes(v) for v in values)
     return 0
 
 
-def plan_trial(problem: Problem, init_inputs: list[Any]) -> MemoryPlan:
-    """Sizes from the meta device; raises whatever the problem's code raises there (the caller goes on without
-    a plan: not every operation has a meta implementation)."""
+def meta_call(problem: Problem, init_inputs: list[Any]) -> tuple[Any, list[Any], Any]:
+    """(model, inputs, outputs) of one call on the meta device: factory calls in ``Model.__init__`` and
+    ``get_inputs`` that name no device land there, so shapes and dtypes are known without allocating. Raises
+    whatever the problem's code raises there (not every operation has a meta implementation)."""
     with torch.device("meta"), torch.no_grad():
         model = problem.model_cls(*init_inputs)
         inputs = call_inputs(problem.get_inputs, "get_inputs")
-        outputs = model(*inputs)
+        return model, inputs, model(*inputs)
+
+
+def plan_trial(problem: Problem, init_inputs: list[Any]) -> MemoryPlan:
+    """Sizes from the meta device (``meta_call``); the caller goes on without a plan when that raises."""
+    model, inputs, outputs = meta_call(problem, init_inputs)
     params = (
-        sum(_nbytes(t) for t in [*model.parameters(), *model.buffers()]) if isinstance(model, torch.nn.Module) else 0
+        sum(nbytes(t) for t in [*model.parameters(), *model.buffers()]) if isinstance(model, torch.nn.Module) else 0
     )
-    i, o = _nbytes(inputs), _nbytes(outputs)
+    i, o = nbytes(inputs), nbytes(outputs)
     return MemoryPlan(
         input_bytes=i,
         output_bytes=o,
