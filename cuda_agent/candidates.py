@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.db.models import Candidate, Problem
 
 Row = TypeVar("Row", Candidate, Problem)

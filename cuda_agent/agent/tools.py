@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from cuda_agent import safefs
 from cuda_agent.agent.workspace import CandidateError, PathError
 from cuda_agent.contracts.agent import RewardEvent, ToolCall, ToolObservation
+from cuda_agent.contracts.candidate import CandidateSource
 from cuda_agent.contracts.common import CompileStatus, Device, EvalStatus
-from cuda_agent.contracts.compile import CandidateSource, CompileResult
+from cuda_agent.contracts.compile import CompileResult
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest
 
 if TYPE_CHECKING:

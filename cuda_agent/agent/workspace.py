@@ -6,7 +6,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from cuda_agent import safefs
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 
 MODEL_FILE = "model.py"
 SKILL_FILE = "SKILL.md"

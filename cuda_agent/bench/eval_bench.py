@@ -28,8 +28,9 @@ from cuda_agent.bench.floor import FloorFigures, FloorRequest, run_floor
 from cuda_agent.bench.monitor import ResourceFigures, ResourceMonitor
 from cuda_agent.candidates import CandidateFileError, read_candidate
 from cuda_agent.compile import compile_candidate, materialize_artifact
+from cuda_agent.contracts.candidate import CandidateForm
 from cuda_agent.contracts.common import CompileStatus, Device, TolerancePreset
-from cuda_agent.contracts.compile import CandidateForm, CompileRequest
+from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.contracts.eval import EvalRequest, EvalResult
 from cuda_agent.eval import evaluate
 from cuda_agent.gpu import select_gpu

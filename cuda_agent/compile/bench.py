@@ -11,8 +11,9 @@ from typing import Any
 
 from cuda_agent.compile.builder import compile_candidate
 from cuda_agent.compile.toolchain import nvcc_path, resolve_arch
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest
+from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.settings import get_settings
 
 _KERNEL = """

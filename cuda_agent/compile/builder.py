@@ -29,8 +29,9 @@ from cuda_agent.compile.toolchain import (
     torch_arch_list,
     torch_version,
 )
+from cuda_agent.contracts.candidate import CandidateForm
 from cuda_agent.contracts.common import CompileStatus, Device
-from cuda_agent.contracts.compile import CandidateForm, CompileRequest, CompileResult, Diagnostic
+from cuda_agent.contracts.compile import CompileRequest, CompileResult, Diagnostic
 from cuda_agent.kernels.types import LIBRARY_NAME, MANIFEST_NAME
 from cuda_agent.sandbox import SandboxLimits, SandboxResult, SandboxSpec, run_sandboxed
 from cuda_agent.settings import get_settings

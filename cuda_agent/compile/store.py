@@ -22,8 +22,9 @@ import httpx
 from pydantic import BaseModel, Field
 
 from cuda_agent import safefs
+from cuda_agent.contracts.candidate import CandidateForm
 from cuda_agent.contracts.common import Device
-from cuda_agent.contracts.compile import CandidateForm, CompileResult
+from cuda_agent.contracts.compile import CompileResult
 from cuda_agent.settings import get_settings
 
 RECORD_NAME = "build.json"

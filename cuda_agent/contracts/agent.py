@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import MAX_NAME_CHARS, MAX_SOURCE_CHARS, Device, RequestModel, TolerancePreset
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource
 from cuda_agent.contracts.eval import (
     MAX_CORRECTNESS_TRIALS,
     MAX_EVAL_TIMEOUT_S,

@@ -2,52 +2,15 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, Field, field_validator
 
+from cuda_agent.contracts.candidate import CandidateSource
 from cuda_agent.contracts.common import (
-    MAX_CANDIDATE_FILES,
     MAX_NAME_CHARS,
-    MAX_PATH_CHARS,
-    MAX_SOURCE_CHARS,
     CompileStatus,
     Device,
     RequestModel,
 )
-
-
-class CandidateForm(StrEnum):
-    # One Python file defining ModelNew that builds its code with torch.utils.cpp_extension.load_inline.
-    KERNELBENCH = "kernelbench"
-    # model_new.py + kernels/*.cu|*.cpp|*.h, built without torch headers and bound by our fixed launcher
-    # (cuda_agent.kernels); the fast path.
-    PROJECT = "project"
-
-
-class CandidateSource(BaseModel):
-    """A candidate as submitted: relative path -> file text. KERNELBENCH holds `model_new.py` only."""
-
-    form: CandidateForm
-    files: dict[str, str] = Field(
-        description=f"Relative path -> content; `model_new.py` is always present. At most {MAX_CANDIDATE_FILES} "
-        f"files of {MAX_SOURCE_CHARS} characters each, paths of at most {MAX_PATH_CHARS}.",
-        max_length=MAX_CANDIDATE_FILES,
-    )
-
-    @field_validator("files")
-    @classmethod
-    def _bounded(cls, files: dict[str, str]) -> dict[str, str]:
-        for name, text in files.items():
-            if not name or len(name) > MAX_PATH_CHARS:
-                raise ValueError(f"file path {name[:80]!r} must be 1-{MAX_PATH_CHARS} characters")
-            if len(text) > MAX_SOURCE_CHARS:
-                raise ValueError(f"{name}: {len(text)} characters, more than the limit of {MAX_SOURCE_CHARS}")
-        return files
-
-    @property
-    def model_new(self) -> str:
-        return self.files["model_new.py"]
 
 
 class CompileRequest(RequestModel):

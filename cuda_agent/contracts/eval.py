@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from cuda_agent.contracts.candidate import CandidateSource
 from cuda_agent.contracts.common import MAX_SOURCE_CHARS, Device, EvalStatus, RequestModel, TolerancePreset
-from cuda_agent.contracts.compile import CandidateSource
 
 # A compiled artifact's content address (compile.store.check_key).
 ARTIFACT_KEY_PATTERN = r"^[0-9a-f]{64}$"

@@ -31,8 +31,8 @@ import torch
 from pydantic import ValidationError
 
 from cuda_agent import safefs
+from cuda_agent.contracts.candidate import CandidateForm
 from cuda_agent.contracts.common import Device, EvalStatus
-from cuda_agent.contracts.compile import CandidateForm
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, Finding, Fingerprint, TimingStats
 from cuda_agent.eval import memory
 from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key

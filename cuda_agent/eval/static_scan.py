@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from cuda_agent.contracts.compile import CandidateSource
+from cuda_agent.contracts.candidate import CandidateSource
 from cuda_agent.contracts.eval import Finding
 
 FORBIDDEN_MODULES = frozenset(

@@ -13,7 +13,7 @@ import pytest
 from cuda_agent.agent import KernelEnv, tools
 from cuda_agent.agent.tools import eval_request
 from cuda_agent.contracts.agent import ToolCall
-from cuda_agent.contracts.compile import CandidateForm
+from cuda_agent.contracts.candidate import CandidateForm
 from cuda_agent.settings import get_settings
 from tests.agent.agent_fixtures import PROBLEM, make_env
 from tests.fakes.openai_server import FakeOpenAIServer

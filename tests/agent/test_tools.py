@@ -12,7 +12,7 @@ import pytest
 from cuda_agent.agent import KernelEnv, PathError, Tool, ToolRegistry, default_tools
 from cuda_agent.agent.tools import truncate
 from cuda_agent.contracts.agent import ToolCall
-from cuda_agent.contracts.compile import CandidateForm
+from cuda_agent.contracts.candidate import CandidateForm
 from cuda_agent.settings import get_settings
 from tests.agent.agent_fixtures import PROBLEM, make_env
 

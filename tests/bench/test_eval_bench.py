@@ -16,8 +16,9 @@ from cuda_agent.bench.floor import FloorFigures, FloorRequest, run_floor
 from cuda_agent.bench.monitor import ResourceFigures
 from cuda_agent.candidates import read_candidate
 from cuda_agent.compile import CandidateRuntime, compile_candidate, materialize_artifact
+from cuda_agent.contracts.candidate import CandidateSource
 from cuda_agent.contracts.common import CompileStatus, Device, TolerancePreset
-from cuda_agent.contracts.compile import CandidateSource, CompileRequest
+from cuda_agent.contracts.compile import CompileRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "examples" / "problems" / "relu_add.py"

@@ -21,8 +21,9 @@ from cuda_agent.compile import (
     pack_artifact,
     unpack_artifact,
 )
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus, Device
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest
+from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.sandbox import SandboxLimits, SandboxSpec, run_sandboxed
 from cuda_agent.settings import get_settings
 

@@ -20,8 +20,9 @@ import pytest
 
 from cuda_agent.compile import ArtifactError, compile_candidate, materialize_artifact, unpack_artifact
 from cuda_agent.compile.store import TORCH_EXT_SANDBOX_DIR, copy_artifact_tree
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus, Device
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest, CompileResult
+from cuda_agent.contracts.compile import CompileRequest, CompileResult
 from cuda_agent.safefs import UnsafePath
 from cuda_agent.settings import get_settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.eval import EvalRequest, EvalResult
 from cuda_agent.eval import evaluate
 

@@ -111,7 +111,7 @@ def test_crash_is_a_runtime_error() -> None:
 
 
 def test_unknown_candidate_files_are_refused() -> None:
-    from cuda_agent.contracts.compile import CandidateSource
+    from cuda_agent.contracts.candidate import CandidateSource
     from cuda_agent.contracts.eval import EvalRequest
     from cuda_agent.eval import evaluate
 

@@ -12,8 +12,9 @@ import pytest
 from torch.utils import cpp_extension
 
 from cuda_agent.compile import compile_candidate
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus, EvalStatus
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest
+from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.contracts.eval import EvalRequest, EvalResult
 from cuda_agent.eval import evaluate, extensions
 from tests.eval.helpers import RELU_ADD, codes, edit

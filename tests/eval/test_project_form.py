@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.compile import compile_candidate
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus, EvalStatus
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource, CompileRequest
+from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.contracts.eval import EvalRequest, EvalResult
 from cuda_agent.eval import evaluate
 from cuda_agent.eval.static_scan import scan_candidate

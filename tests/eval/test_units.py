@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import TolerancePreset
-from cuda_agent.contracts.compile import CandidateForm, CandidateSource
 from cuda_agent.contracts.eval import ProfileRequest, TimingStats
 from cuda_agent.eval import compare, memory
 from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key

@@ -1,0 +1,145 @@
+"""The candidate contract: which files a candidate consists of, how they are named and checked, how a folder is read
+into one, and its content key.
+
+Compile, eval, the agent's workspace, the CLI and the store all go through this module; nothing else names the
+files or lists suffixes, so a file the build accepts is never one the evaluation rejects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, Field, field_validator
+
+from cuda_agent import safefs
+from cuda_agent.contracts.common import MAX_CANDIDATE_FILES, MAX_PATH_CHARS, MAX_SOURCE_CHARS
+
+MODEL_NEW_FILE = "model_new.py"  # defines ModelNew; in both forms
+KERNELS_DIR = "kernels"  # the project form's native sources, any depth below it
+# Translation units are compiled and linked; headers are only included. Both ship with the candidate.
+UNIT_SUFFIXES = (".cu", ".cpp")
+HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
+KERNEL_SUFFIXES = UNIT_SUFFIXES + HEADER_SUFFIXES
+# Reading a folder stops here: the agent's bash can leave anything in its workspace.
+MAX_CANDIDATE_BYTES = 2 * 1024 * 1024
+
+
+class CandidateForm(StrEnum):
+    # One Python file defining ModelNew that builds its code with torch.utils.cpp_extension.load_inline.
+    KERNELBENCH = "kernelbench"
+    # model_new.py + kernels/*.cu|*.cpp|headers, built without torch headers and bound by our fixed launcher
+    # (cuda_agent.kernels); the fast path.
+    PROJECT = "project"
+
+
+class CandidateSource(BaseModel):
+    """A candidate as submitted: relative path -> file text. KERNELBENCH holds `model_new.py` only."""
+
+    form: CandidateForm
+    files: dict[str, str] = Field(
+        description=f"Relative path -> content; `{MODEL_NEW_FILE}` is always present, native sources lie under "
+        f"`{KERNELS_DIR}/` with suffixes {', '.join(KERNEL_SUFFIXES)}. At most {MAX_CANDIDATE_FILES} files of "
+        f"{MAX_SOURCE_CHARS} characters each, paths of at most {MAX_PATH_CHARS}.",
+        max_length=MAX_CANDIDATE_FILES,
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _bounded(cls, files: dict[str, str]) -> dict[str, str]:
+        for name, text in files.items():
+            if not name or len(name) > MAX_PATH_CHARS:
+                raise ValueError(f"file path {name[:80]!r} must be 1-{MAX_PATH_CHARS} characters")
+            if len(text) > MAX_SOURCE_CHARS:
+                raise ValueError(f"{name}: {len(text)} characters, more than the limit of {MAX_SOURCE_CHARS}")
+        return files
+
+    @property
+    def model_new(self) -> str:
+        return self.files[MODEL_NEW_FILE]
+
+    @property
+    def key(self) -> str:
+        """The content key: identical form and files, identical key, whatever the dict order."""
+        return hashlib.sha256(
+            json.dumps({"form": self.form.value, "files": self.files}, sort_keys=True).encode()
+        ).hexdigest()
+
+
+class CandidateFileError(ValueError):
+    """A path or folder that does not hold a valid candidate; the message says what is wrong."""
+
+
+def is_kernel_file(name: str) -> bool:
+    """A native source of the project form: under kernels/, with an allowed suffix."""
+    path = PurePosixPath(name)
+    return len(path.parts) > 1 and path.parts[0] == KERNELS_DIR and path.suffix in KERNEL_SUFFIXES
+
+
+def is_unit(name: str) -> bool:
+    return is_kernel_file(name) and PurePosixPath(name).suffix in UNIT_SUFFIXES
+
+
+def layout_error(candidate: CandidateSource) -> str | None:
+    """Why the candidate's file set breaks the contract, or None. One line, for a diagnostic or a verdict."""
+    files = candidate.files
+    if MODEL_NEW_FILE not in files:
+        return f"the candidate has no {MODEL_NEW_FILE}"
+    for name in files:
+        path = PurePosixPath(name)
+        if not name or path.is_absolute() or ".." in path.parts or name != str(path) or "\\" in name:
+            return f"file path {name!r} must be relative, normalized and without '..'"
+        if name == MODEL_NEW_FILE:
+            continue
+        if candidate.form is CandidateForm.KERNELBENCH:
+            return f"a kernelbench candidate is {MODEL_NEW_FILE} alone; remove {name}"
+        if not is_kernel_file(name):
+            return f"{name}: project files are {MODEL_NEW_FILE} and {KERNELS_DIR}/*{'|*'.join(KERNEL_SUFFIXES)}"
+    return None
+
+
+def read_candidate_dir(root: Path, form: CandidateForm | None = None) -> CandidateSource:
+    """The candidate in folder ``root``: model_new.py plus, for the project form, every kernel file below kernels/.
+
+    ``form`` None infers it (project when kernel files exist). Reads go through ``safefs``: the folder may have been
+    written from a sandbox, so a link, FIFO or device node is never followed and is not part of the candidate,
+    and the sources total at most MAX_CANDIDATE_BYTES.
+    """
+    if not safefs.exists(root, MODEL_NEW_FILE):
+        raise CandidateFileError(f"{MODEL_NEW_FILE} does not exist (or is not a regular file) in {root}")
+    names = [MODEL_NEW_FILE]
+    if form is not CandidateForm.KERNELBENCH:
+        # The glob only lists names and does not descend into linked directories; each name is then checked
+        # without following links, so a link, FIFO or device node is left out rather than followed.
+        found = (p.relative_to(root).as_posix() for p in (root / KERNELS_DIR).glob("**/*"))
+        names += sorted(n for n in found if is_kernel_file(n) and safefs.exists(root, n))[:MAX_CANDIDATE_FILES]
+    files, size = {}, 0
+    for name in names:
+        try:
+            files[name] = safefs.read_text(root, name, MAX_CANDIDATE_BYTES - size)
+        except safefs.UnsafePath as exc:
+            reason = str(exc).rsplit(": ", 1)[-1]
+            raise CandidateFileError(
+                f"{name}: {reason} (candidate sources total at most {MAX_CANDIDATE_BYTES} bytes)"
+            ) from None
+        size += len(files[name].encode())
+    if form is None:
+        form = CandidateForm.PROJECT if len(files) > 1 else CandidateForm.KERNELBENCH
+    return CandidateSource(form=form, files=files)
+
+
+def read_candidate(path: Path) -> CandidateSource:
+    """A `.py` file is the KernelBench form; a folder with model_new.py (and kernels/) is read as above."""
+    if path.is_dir():
+        return read_candidate_dir(path)
+    if not path.is_file():
+        raise CandidateFileError(f"{path}: no such file or folder")
+    if path.suffix != ".py":
+        raise CandidateFileError(f"{path}: a candidate file must be a .py file defining ModelNew")
+    try:
+        text = safefs.read_text(path.parent, path.name, MAX_CANDIDATE_BYTES)
+    except safefs.UnsafePath as exc:
+        raise CandidateFileError(str(exc)) from None
+    return CandidateSource(form=CandidateForm.KERNELBENCH, files={MODEL_NEW_FILE: text})
