@@ -84,6 +84,14 @@ class Settings(BaseSettings):
         "its data, message dropped) is sent again.",
     )
 
+    # Toolchain. Taken from CUDA_HOME like every CUDA tool; torch would otherwise guess /usr/local from an nvcc
+    # wrapper script, and builds fail.
+    cuda_home: Path = Field(
+        Path("/usr/local/cuda"),
+        validation_alias=AliasChoices("CUDA_HOME", "CUDA_PATH", "CUDA_AGENT_CUDA_HOME"),
+        description="CUDA toolkit root (nvcc, headers, ncu, vendor libraries).",
+    )
+
     # Compilation.
     compile_timeout_s: float = Field(300.0, description="Wall-clock limit of one sandboxed build.")
     compile_cpu_time_s: int = Field(600, description="RLIMIT_CPU of one sandboxed build.")
@@ -119,6 +127,10 @@ class Settings(BaseSettings):
     )
     reward_speedup_threshold: float = Field(1.05, description="Speedup over a baseline that counts as faster.")
     gpu_index: int | None = Field(None, description="NVML index this worker is pinned to (GPU workers).")
+
+    # The agent's bash tool (its time limit is the rollout's bash_timeout_s): quotas of one call over the whole workspace and all its processes (tmpfs included).
+    agent_bash_disk_bytes: int = Field(2 * 1024**3, gt=0, description="Disk quota of one bash tool call.")
+    agent_bash_memory_bytes: int = Field(8 * 1024**3, gt=0, description="Memory quota of one bash tool call.")
 
     # API access.
     auth_required: bool = Field(
