@@ -128,7 +128,8 @@ class Settings(BaseSettings):
     reward_speedup_threshold: float = Field(1.05, description="Speedup over a baseline that counts as faster.")
     gpu_index: int | None = Field(None, description="NVML index this worker is pinned to (GPU workers).")
 
-    # The agent's bash tool (its time limit is the rollout's bash_timeout_s): quotas of one call over the whole workspace and all its processes (tmpfs included).
+    # The agent's bash tool (its time limit is the rollout's bash_timeout_s): quotas of one call over the whole
+    # workspace and all its processes (tmpfs included).
     agent_bash_disk_bytes: int = Field(2 * 1024**3, gt=0, description="Disk quota of one bash tool call.")
     agent_bash_memory_bytes: int = Field(8 * 1024**3, gt=0, description="Memory quota of one bash tool call.")
 
