@@ -15,7 +15,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cuda_agent.bench.optimize_bench import Against
 from cuda_agent.contracts.common import Device, JobKind, QueueName, TolerancePreset
+from cuda_agent.dataset.cli import dataset_app
 from cuda_agent.settings import ConfigError, get_settings
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -23,6 +25,7 @@ db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(bench_app, name="bench")
+app.add_typer(dataset_app, name="dataset")
 console = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -147,17 +150,18 @@ def compile_command(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build a candidate in the sandbox (cached) and print diagnostics and per-kernel resources."""
-    from cuda_agent.candidates import CandidateFileError, read_candidate
+    from cuda_agent.contracts.candidate import CandidateFileError, read_candidate
     from cuda_agent.contracts.common import CompileStatus
-    from cuda_agent.contracts.compile import CompileRequest, CompileResult
+    from cuda_agent.contracts.compile import CompileRequest
     from cuda_agent.jobs import run_to_result
+    from cuda_agent.jobs.registry import COMPILE_JOB
 
     try:
         request = CompileRequest(candidate=read_candidate(candidate), device=device, arch=arch)
     except CandidateFileError as exc:
         raise ConfigError(str(exc)) from None
     _ensure_embedded_db()
-    result = CompileResult.model_validate(run_to_result(JobKind.COMPILE, request))
+    result = run_to_result(COMPILE_JOB, request)
     lines = [
         f"{result.status.value}: {result.message} ({result.duration_s:.2f} s{', cached' if result.cache_hit else ''})"
     ]
@@ -185,11 +189,10 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Compile, verify and time a candidate against eager and torch.compile; print the verdict and reward."""
-    from cuda_agent.agent.backend import JobBackend
-    from cuda_agent.candidates import CandidateFileError, read_candidate
-    from cuda_agent.contracts.common import CompileStatus, EvalStatus
-    from cuda_agent.contracts.compile import CompileRequest
-    from cuda_agent.contracts.eval import EvalRequest
+    from cuda_agent.contracts.candidate import CandidateFileError, read_candidate
+    from cuda_agent.contracts.common import EvalStatus
+    from cuda_agent.contracts.eval import EvalOptions
+    from cuda_agent.verify import JobBackend, verify_candidate
 
     if not problem.is_file():
         raise ConfigError(f"{problem}: no such problem file")
@@ -198,20 +201,11 @@ def verify(
     except CandidateFileError as exc:
         raise ConfigError(str(exc)) from None
     _ensure_embedded_db()
-    backend = JobBackend()
-    built = backend.compile(CompileRequest(candidate=source, device=device))
-    if built.status is not CompileStatus.OK:
+    options = EvalOptions(device=device, tolerance=tolerance, timing_trials=trials)
+    built, result = verify_candidate(problem.read_text(), source, options, JobBackend())
+    if result is None:
         _print_result(built.model_dump(mode="json"), as_json, f"{built.status.value}: {built.message}")
         raise typer.Exit(1)
-    request = EvalRequest(
-        problem_source=problem.read_text(),
-        candidate=source,
-        artifact_key=built.artifact_key,
-        device=device,
-        tolerance=tolerance,
-        timing_trials=trials,
-    )
-    result = backend.evaluate(request)
     summary = (
         f"{result.status.value}: reward {result.reward}, speedup vs eager {_fmt(result.speedup_vs_eager)}, "
         f"vs compile {_fmt(result.speedup_vs_compile)} ({result.trials_passed}/{result.trials_run} trials)"
@@ -239,7 +233,7 @@ def _ensure_embedded_db() -> None:
 @one_line_errors
 def optimize(
     problem: Annotated[Path, typer.Argument(help="KernelBench problem file.")],
-    policy: Annotated[str, typer.Option(help="openai | replay | heuristic")] = "openai",
+    policy: Annotated[str, typer.Option(help="openai | multi | replay | heuristic")] = "openai",
     device: Annotated[Device, typer.Option()] = Device.CUDA,
     max_turns: Annotated[int | None, typer.Option(help="Turn limit (default from settings, at most 200).")] = None,
     tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
@@ -257,10 +251,10 @@ def optimize(
     from rich.live import Live
 
     from cuda_agent.agent.jobs import load_trajectory
+    from cuda_agent.agent.policies import names_an_endpoint
     from cuda_agent.contracts.agent import RolloutConfig, RolloutRequest
     from cuda_agent.contracts.common import JobStatus
     from cuda_agent.jobs import create_job, dispatch, get_job
-    from cuda_agent.jobs.runner import FINISHED
 
     if not problem.is_file():
         raise ConfigError(f"{problem}: no such problem file")
@@ -271,7 +265,7 @@ def optimize(
     if policy == "replay" and "trajectory" in options:  # a path to a trajectory JSONL file: replay its first line
         lines = Path(options["trajectory"]).read_text().splitlines()
         policy_options["trajectory"] = json.loads(lines[0]) if lines else {}
-    if policy == "openai" and "base_url" in options:  # the operator's own server: a job cannot carry a URL or key
+    if names_an_endpoint(policy) and "base_url" in options:  # the operator's server: a job cannot carry a URL or key
         from cuda_agent.agent.policies.openai_policy import use_local_endpoint
 
         policy_options["endpoint"] = use_local_endpoint(
@@ -289,7 +283,7 @@ def optimize(
     runner = threading.Thread(target=dispatch, args=(job,), daemon=True)
     runner.start()
     with Live(console=console, transient=True, refresh_per_second=4) as live:
-        while (view := get_job(job.id)).status not in FINISHED:
+        while not (view := get_job(job.id)).status.terminal:
             p = view.progress
             live.update(
                 f"[bold]{policy}[/bold] on {problem.name}: {view.status.value}, turn {p.get('turn', 0)}, "
@@ -413,6 +407,54 @@ def bench_eval(
     render(figures, Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200))
     if json_out is not None:
         console.print(f"wrote {json_out}", highlight=False)
+    if not figures.ok:
+        raise typer.Exit(1)
+
+
+@bench_app.command("optimize")
+@one_line_errors
+def bench_optimize(
+    problems: Annotated[Path, typer.Option(help="Folder of KernelBench problem files (*.py).")],
+    threshold: Annotated[float, typer.Option(help="Least verified speedup every problem must reach.")] = 1.05,
+    against: Annotated[Against, typer.Option(help="The baseline the threshold applies to.")] = Against.EAGER,
+    policy: Annotated[str, typer.Option(help="The policy that optimizes each problem.")] = "heuristic",
+    device: Annotated[Device, typer.Option()] = Device.CUDA,
+    time_budget_s: Annotated[float, typer.Option(min=1, help="Wall-clock budget of each problem's rollout.")] = 300.0,
+    only: Annotated[list[str] | None, typer.Option(help="Only this problem (file stem; repeatable).")] = None,
+    tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write every figure here.")] = None,
+) -> None:
+    """The optimize job on every problem: a table, a summary, and the CI gate.
+
+    Exits 1 unless every problem returns a verified kernel at least THRESHOLD times faster than --against.
+    """
+    import sys
+
+    from cuda_agent.bench.cases import BenchError
+    from cuda_agent.bench.optimize_bench import OptimizeBenchFigures, discover_problems, render, run_optimize_bench
+
+    try:
+        paths = discover_problems(problems, only or ())
+    except BenchError as exc:
+        raise ConfigError(str(exc)) from None
+    _ensure_embedded_db()
+
+    def save(figures: OptimizeBenchFigures) -> None:
+        if json_out is not None:  # after every problem: a run cut short keeps what it measured
+            json_out.write_text(figures.model_dump_json(indent=2))
+
+    figures = run_optimize_bench(
+        paths,
+        policy=policy,
+        device=device,
+        threshold=threshold,
+        against=against,
+        tolerance=tolerance,
+        time_budget_s=time_budget_s,
+        say=lambda line: console.print(line, highlight=False),
+        on_row=save,
+    )
+    render(figures, Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200))
     if not figures.ok:
         raise typer.Exit(1)
 

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE, PROBLEM_FILE
+
 
 class ProblemError(ValueError):
     """A problem or candidate file that cannot be used; the message is one line naming what is wrong."""
@@ -61,7 +63,7 @@ def _line_in(exc: BaseException, filename: str) -> int | None:
     return frames[-1].lineno if frames else None
 
 
-def load_problem(source: str, name: str = "kb_problem", filename: str = "problem.py") -> Problem:
+def load_problem(source: str, name: str = "kb_problem", filename: str = PROBLEM_FILE) -> Problem:
     module = exec_module(source, name, filename)
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
     if missing:
@@ -77,7 +79,7 @@ def load_problem(source: str, name: str = "kb_problem", filename: str = "problem
     return Problem(module, model_cls, module.get_inputs, module.get_init_inputs)
 
 
-def load_candidate(source: str, name: str = "kb_candidate", filename: str = "model_new.py") -> type:
+def load_candidate(source: str, name: str = "kb_candidate", filename: str = MODEL_NEW_FILE) -> type:
     """The ``ModelNew`` class of a candidate file."""
     module = exec_module(source, name, filename)
     model_new = getattr(module, "ModelNew", None)

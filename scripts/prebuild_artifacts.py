@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from cuda_agent.candidates import read_candidate
 from cuda_agent.compile import compile_candidate, pack_artifact
+from cuda_agent.contracts.candidate import read_candidate
 from cuda_agent.contracts.common import CompileStatus, Device
 from cuda_agent.contracts.compile import CompileRequest
 

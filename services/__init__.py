@@ -1,1 +1,1 @@
-"""The five services: thin FastAPI + Celery adapters over the cuda_agent library."""
+"""The five services: thin FastAPI adapters over the cuda_agent library (their Celery tasks: cuda_agent.queue)."""

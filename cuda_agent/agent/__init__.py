@@ -1,6 +1,6 @@
 """The agent library: a kernel-writing environment, its tools, the rollout loop, policies and trajectories."""
 
-from cuda_agent.agent.backend import LocalBackend, ToolBackend
+from cuda_agent.agent.backend import ToolBackend
 from cuda_agent.agent.environment import KernelEnv, StepResult
 from cuda_agent.agent.loop import LoopState, RolloutRunner, run_request, run_rollout
 from cuda_agent.agent.policies import OpenAIPolicy, Policy, PolicyError, ReplayPolicy, create_policy, register_policy
@@ -10,7 +10,6 @@ from cuda_agent.agent.workspace import PathError, Workspace
 
 __all__ = [
     "KernelEnv",
-    "LocalBackend",
     "LoopState",
     "OpenAIPolicy",
     "PathError",

@@ -6,22 +6,31 @@ candidate is verified against is the string this object holds, never the workspa
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.agent.backend import LocalBackend, ToolBackend
-from cuda_agent.agent.tools import ToolRegistry, default_tools, eval_request, reward_event
-from cuda_agent.agent.workspace import KERNELS_DIR, MODEL_FILE, SKILL_FILE, Workspace
-from cuda_agent.contracts.agent import AssistantTurn, BestCandidate, RewardEvent, RolloutConfig, ToolObservation
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.agent.backend import ToolBackend
+from cuda_agent.agent.problem_spec import describe_problem
+from cuda_agent.agent.tools import ToolRegistry, default_tools
+from cuda_agent.agent.workspace import MODEL_FILE, SKILL_FILE, Workspace
+from cuda_agent.contracts.agent import (
+    AssistantTurn,
+    BestCandidate,
+    ProblemSpec,
+    RewardEvent,
+    RolloutConfig,
+    ToolObservation,
+)
+from cuda_agent.contracts.candidate import KERNEL_SUFFIXES, KERNELS_DIR, CandidateForm, CandidateSource
+from cuda_agent.contracts.common import CompileStatus
 from cuda_agent.contracts.compile import CompileRequest, CompileResult
-from cuda_agent.contracts.eval import EvalResult
+from cuda_agent.contracts.eval import EvalResult, ProfileRequest, ProfileResult
 from cuda_agent.settings import get_settings
+from cuda_agent.verify import LocalBackend, verify_candidate
 
 SYSTEM_PROMPT = (
     "You are an expert CUDA and C++ performance engineer working in a sandboxed workspace through tools. "
@@ -30,8 +39,8 @@ SYSTEM_PROMPT = (
 )
 NO_TOOL_NUDGE = "No tool was called. Continue with tool calls (compile, verify, ...) or call `finish` when done."
 SKIPPED = "not run: finish was called earlier in this turn"
-# Where the compile helper documents the candidate contract; embedded into SKILL.md when present.
-CANDIDATE_CONTRACT_DOC = Path(__file__).resolve().parents[2] / "docs" / "candidate_contract.md"
+# Package data (pyproject's package-data), so an installed agent embeds the same full contract as a checkout.
+AGENT_DOCS = resources.files("cuda_agent.agent") / "docs"
 
 
 @dataclass
@@ -43,22 +52,23 @@ class StepResult:
 
 
 def render_skill(config: RolloutConfig) -> str:
-    template = resources.files("cuda_agent.agent").joinpath("skill_template.md").read_text(encoding="utf-8")
-    if CANDIDATE_CONTRACT_DOC.is_file():
-        contract = CANDIDATE_CONTRACT_DOC.read_text(encoding="utf-8")
-    else:  # an installed package has no docs/: a short summary instead of the full contract
-        contract = resources.files("cuda_agent.agent").joinpath("contract_summary.md").read_text(encoding="utf-8")
+    template = (AGENT_DOCS / "skill_template.md").read_text(encoding="utf-8")
+    contract = (AGENT_DOCS / "candidate_contract.md").read_text(encoding="utf-8")
     project = config.form is CandidateForm.PROJECT
     return template.format(
         device=config.device.value,
         form=config.form.value,
-        kernel_files="`kernels/*.cu`, `*.cpp`, `*.h`" if project else "inline sources inside `model_new.py`",
+        kernel_files=", ".join(f"`{KERNELS_DIR}/*{suffix}`" for suffix in KERNEL_SUFFIXES)
+        if project
+        else "inline sources inside `model_new.py`",
         kernel_note=" and `kernels/*`" if project else "",
         contract=contract,
     )
 
 
 class KernelEnv:
+    """One rollout's environment; the tools' ``ToolHost``."""
+
     def __init__(
         self,
         problem_source: str,
@@ -123,11 +133,17 @@ class KernelEnv:
     def tool_schemas(self) -> list[dict[str, Any]]:
         return self.tools.schemas()
 
-    # Used by the tools ----------------------------------------------------------------------------------------
+    @cached_property
+    def problem_spec(self) -> ProblemSpec:
+        """The problem as data (shapes, dtypes, device, tolerance) for policies, so none parses the prompt; worked
+        out on first use, in a sandbox (a few seconds: the child imports torch)."""
+        return describe_problem(self.problem_source, self.config.device, self.config.tolerance)
+
+    # The ToolHost protocol (tools.base) ------------------------------------------------------------------------
 
     def compile(self, candidate: CandidateSource) -> CompileResult:
         """Compile, reusing the result for an unchanged candidate so verify after compile costs no second build."""
-        key = hashlib.sha256(json.dumps([candidate.form, candidate.files], sort_keys=True).encode()).hexdigest()
+        key = candidate.key
         if key not in self._compiled:
             result = self.backend.compile(CompileRequest(candidate=candidate, device=self.config.device))
             self._events.append(
@@ -136,12 +152,40 @@ class KernelEnv:
             self._compiled = {key: result}  # only the latest: older candidates are not compiled again anyway
         return self._compiled[key]
 
-    def verify(self, candidate: CandidateSource, compiled: CompileResult) -> EvalResult:
-        result = self.backend.evaluate(eval_request(self, candidate, compiled.artifact_key))
-        self._events.append(reward_event(self.turn, result))
+    def verify(self, candidate: CandidateSource) -> tuple[CompileResult, EvalResult | None]:
+        compiled, result = verify_candidate(
+            self.problem_source, candidate, self.config, self.backend, compiled=self.compile(candidate)
+        )
+        if result is None:
+            return compiled, None
+        # The evaluation decided the reward (None on a sandbox error): the event carries it as it is.
+        self._events.append(
+            RewardEvent(
+                turn=self.turn,
+                kind="verify",
+                status=result.status.value,
+                reward=result.reward,
+                speedup_vs_eager=result.speedup_vs_eager,
+                speedup_vs_compile=result.speedup_vs_compile,
+                message=result.message,
+            )
+        )
         if result.reward is not None and (self.best is None or _rank(result) > _rank(self.best.result)):
             self.best = BestCandidate(turn=self.turn, candidate=candidate, result=result)
-        return result
+        return compiled, result
+
+    def profile(self, candidate: CandidateSource) -> tuple[CompileResult, ProfileResult | None]:
+        compiled = self.compile(candidate)
+        if compiled.status is not CompileStatus.OK:
+            return compiled, None
+        request = ProfileRequest(
+            problem_source=self.problem_source, candidate=candidate, artifact_key=compiled.artifact_key
+        )
+        return compiled, self.backend.profile(request)
+
+    def finish(self, summary: str) -> None:
+        self.finished = True
+        self.finish_summary = summary
 
 
 def _rank(result: EvalResult) -> tuple[float, float]:

@@ -6,25 +6,31 @@ are stored when the rollout ends, and the job's result names the best candidate 
 
 from __future__ import annotations
 
-from typing import Any
+from itertools import pairwise
+from typing import NamedTuple
 
-from cuda_agent.agent.backend import JobBackend
 from cuda_agent.agent.loop import run_request
 from cuda_agent.candidates import record_problem
-from cuda_agent.contracts.agent import RolloutProgress, RolloutRequest, Trajectory
-from cuda_agent.contracts.common import JobKind
+from cuda_agent.contracts.agent import (
+    RolloutProgress,
+    RolloutRequest,
+    TerminationReason,
+    TokenSequence,
+    Trajectory,
+    TurnRecord,
+)
+from cuda_agent.contracts.jobs import OptimizeResult
 from cuda_agent.db import session_scope
 from cuda_agent.db.models import Trajectory as TrajectoryRow
 from cuda_agent.db.models import Turn
-from cuda_agent.jobs.registry import JobContext, register_handler
+from cuda_agent.jobs.registry import JobContext
+from cuda_agent.verify import JobBackend
 
 
-@register_handler(JobKind.OPTIMIZE)
-def optimize_job(request: dict[str, Any], context: JobContext) -> dict[str, Any]:
-    rollout = RolloutRequest.model_validate(request)
+def optimize_job(request: RolloutRequest, context: JobContext) -> OptimizeResult:
     with session_scope() as session:
-        problem_id = record_problem(session, rollout.problem_source).id
-    rollout = rollout.model_copy(update={"problem_id": problem_id})
+        problem_id = record_problem(session, request.problem_source).id
+    rollout = request.model_copy(update={"problem_id": problem_id})
 
     def progress(update: RolloutProgress) -> None:
         context.report_progress(update.model_dump(mode="json"))
@@ -36,22 +42,56 @@ def optimize_job(request: dict[str, Any], context: JobContext) -> dict[str, Any]
     return optimize_result(trajectory)
 
 
-def optimize_result(trajectory: Trajectory) -> dict[str, Any]:
-    """The job's result document: the best candidate (not the last) with its verdict, and where the rest is."""
+def optimize_result(trajectory: Trajectory) -> OptimizeResult:
+    """The job's result: the best candidate (not the last) with its verdict, and where the rest is."""
     best = trajectory.best
-    return {
-        "trajectory_id": trajectory.id,
-        "termination": trajectory.termination.value if trajectory.termination else None,
-        "termination_detail": trajectory.termination_detail,
-        "turns": len(trajectory.turns),
-        "best": best.model_dump(mode="json") if best else None,
-        "model_new": best.candidate.model_new if best else None,
-        "cancelled": trajectory.termination is not None and trajectory.termination.value == "cancelled",
-    }
+    return OptimizeResult(
+        trajectory_id=trajectory.id,
+        termination=trajectory.termination,
+        termination_detail=trajectory.termination_detail,
+        turns=len(trajectory.turns),
+        best=best,
+        model_new=best.candidate.model_new if best else None,
+        cancelled=trajectory.termination is TerminationReason.CANCELLED,
+    )
+
+
+class TurnTokens(NamedTuple):
+    """A turn row's tokens: ids, logprobs aligned with them, and the response mask (None: not known)."""
+
+    token_ids: list[int] | None
+    logprobs: list[float] | None
+    response_mask: list[int] | None
+
+
+def turn_tokens(trajectory: Trajectory) -> list[TurnTokens]:
+    """Each turn's part of the trajectory's response sequence, for its row: the tokens the turn's prompt added after
+    the previous turn (its observations and any user text, mask 0), then the model's completion (mask 1), with
+    logprobs aligned (0.0 where the model did not sample). The turns' parts joined are the response of
+    ``trajectory.token_sequence()``.
+
+    When the trajectory has no single sequence (a turn lacks ids, or its context was truncated), a row holds the
+    completion alone and no mask: what the model wrote is known, what it was conditioned on is not.
+    """
+    sequence = trajectory.token_sequence()
+    if sequence is None:
+        return [TurnTokens(turn.assistant.token_ids, turn.assistant.logprobs, None) for turn in trajectory.turns]
+    # Where each turn's part ends in the response: its whole context (prompt and completion) less the first prompt.
+    ends = [
+        len(turn.assistant.prompt_token_ids or []) + len(turn.assistant.token_ids or []) - len(sequence.prompt_ids)
+        for turn in trajectory.turns
+    ]
+    return [
+        TurnTokens(
+            sequence.response_ids[start:end], sequence.response_logprobs[start:end], sequence.response_mask[start:end]
+        )
+        for start, end in pairwise([0, *ends])
+    ]
 
 
 def store_trajectory(trajectory: Trajectory, job_id: str | None = None, tenant: str | None = None) -> None:
-    """Write the trajectory and one row per turn (messages, tool calls, observations, tokens, rewards)."""
+    """Write the trajectory and one row per turn (messages, tool calls, observations, tokens with their response
+    mask, rewards)."""
     best = trajectory.best
     with session_scope() as session:
         row = TrajectoryRow(
@@ -74,7 +114,7 @@ def store_trajectory(trajectory: Trajectory, job_id: str | None = None, tenant: 
             },
         )
         session.add(row)
-        for turn in trajectory.turns:
+        for turn, tokens in zip(trajectory.turns, turn_tokens(trajectory), strict=True):
             assistant = turn.assistant
             session.add(
                 Turn(
@@ -83,9 +123,9 @@ def store_trajectory(trajectory: Trajectory, job_id: str | None = None, tenant: 
                     messages=[assistant.model_dump(mode="json")],
                     tool_calls=[call.model_dump(mode="json") for call in assistant.tool_calls],
                     observations=[obs.model_dump(mode="json") for obs in turn.observations],
-                    token_ids=assistant.token_ids,
-                    logprobs=assistant.logprobs,
-                    response_mask=[1] * len(assistant.token_ids) if assistant.token_ids else None,
+                    token_ids=tokens.token_ids,
+                    logprobs=tokens.logprobs,
+                    response_mask=tokens.response_mask,
                     reward_events=[event.model_dump(mode="json") for event in turn.reward_events],
                     duration_s=turn.generation_s + turn.tools_s,
                 )
@@ -94,8 +134,6 @@ def store_trajectory(trajectory: Trajectory, job_id: str | None = None, tenant: 
 
 def load_trajectory(trajectory_id: str, tenant: str | None = None) -> Trajectory | None:
     """Rebuild the exported trajectory from its rows (None when absent or another tenant's)."""
-    from cuda_agent.contracts.agent import TurnRecord
-
     with session_scope() as session:
         row = session.get(TrajectoryRow, trajectory_id)
         if row is None or (tenant is not None and row.tenant != tenant):
@@ -127,4 +165,24 @@ def load_trajectory(trajectory_id: str, tenant: str | None = None) -> Trajectory
                 "started_at": meta["started_at"],
                 "finished_at": meta.get("finished_at"),
             }
+        )
+
+
+def load_token_sequence(trajectory_id: str, tenant: str | None = None) -> TokenSequence | None:
+    """The stored token sequence a trainer reads: the first turn's prompt ids, then the turns' stored parts joined.
+    None when the trajectory is absent or another tenant's, or was stored without a single sequence."""
+    with session_scope() as session:
+        row = session.get(TrajectoryRow, trajectory_id)
+        if row is None or (tenant is not None and row.tenant != tenant) or not row.turns:
+            return None
+        if any(turn.response_mask is None for turn in row.turns):
+            return None
+        prompt_ids = row.turns[0].messages[0].get("prompt_token_ids")
+        if prompt_ids is None:
+            return None
+        return TokenSequence(
+            prompt_ids=prompt_ids,
+            response_ids=[token for turn in row.turns for token in turn.token_ids or []],
+            response_mask=[bit for turn in row.turns for bit in turn.response_mask or []],
+            response_logprobs=[lp for turn in row.turns for lp in turn.logprobs or []],
         )

@@ -100,6 +100,11 @@ class RolloutRunner:
         self.s.started = self.clock()
         self.s.head = self.env.reset()
         self.s.trajectory.prompt = list(self.s.head)
+        # A policy that works from the problem as data (env.problem_spec) rather than the prompt takes the
+        # environment here; the others only ever see the conversation.
+        bind = getattr(self.policy, "bind", None)
+        if callable(bind):
+            bind(self.env)
         self.s.state = LoopState.GENERATING
 
     def _on_generating(self) -> None:

@@ -3,6 +3,9 @@
 It is a ``Policy``, so the loop, limits and trajectory are those of a single agent. Roles take turns in blocks;
 before each action the active role's brief is appended to the conversation as a user message, and the turn is
 tagged with the role. Only the coordinator role may finish; specialists hand over after their block.
+
+Registered as the `multi` policy: every role is served by one `openai` policy, so the whole chat stays on one
+server (its prefix cache is reused) and a request's options are the `openai` policy's plus ``turns_per_role``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuda_agent.agent.policies.base import Policy
+from cuda_agent.agent.policies.openai_policy import OpenAIPolicy
 from cuda_agent.contracts.agent import AssistantTurn
 
 
@@ -40,7 +44,7 @@ def default_roles(policy: Policy) -> list[Role]:
 
 
 class MultiAgentPolicy:
-    name = "multi_agent"
+    name = "multi"
 
     def __init__(self, roles: list[Role], turns_per_role: int = 5) -> None:
         if not roles:
@@ -72,3 +76,8 @@ class MultiAgentPolicy:
         turn = role.policy.act([*conversation, {"role": "user", "content": brief}], offered)
         self._turn += 1
         return turn.model_copy(update={"agent_role": role.name})
+
+
+def create_multi_agent_policy(*, turns_per_role: int = 5, **openai_options: Any) -> MultiAgentPolicy:
+    """The `multi` policy: the coordinator and the specialists of ``default_roles``, all on one `openai` policy."""
+    return MultiAgentPolicy(default_roles(OpenAIPolicy(**openai_options)), turns_per_role)

@@ -6,23 +6,15 @@ import os
 from pathlib import Path, PurePosixPath
 
 from cuda_agent import safefs
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource, read_candidate_dir
 
 MODEL_FILE = "model.py"
 SKILL_FILE = "SKILL.md"
-CANDIDATE_FILE = "model_new.py"
-KERNELS_DIR = "kernels"
-KERNEL_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
-MAX_CANDIDATE_BYTES = 2 * 1024 * 1024
 MAX_READ_BYTES = 8 * 1024 * 1024  # a file tool reads at most this much of one file
 
 
 class PathError(ValueError):
     """A path the agent named that is not a file inside its workspace."""
-
-
-class CandidateError(ValueError):
-    """The workspace does not hold a candidate that can be submitted."""
 
 
 class Workspace:
@@ -71,23 +63,8 @@ class Workspace:
         return sorted(name for name in names if safefs.exists(self.root, name))
 
     def candidate(self, form: CandidateForm) -> CandidateSource:
-        """The candidate as it stands in the workspace: model_new.py, plus kernels/* for the project form. Links
-        are never shipped as source: a link to a file outside the workspace is not part of the candidate."""
-        if not safefs.exists(self.root, CANDIDATE_FILE):
-            raise CandidateError(f"{CANDIDATE_FILE} does not exist yet (or is not a regular file); write it first")
-        names = [CANDIDATE_FILE]
-        if form is CandidateForm.PROJECT:
-            names += [n for n in self.files(f"{KERNELS_DIR}/**/*") if PurePosixPath(n).suffix in KERNEL_SUFFIXES]
-        files, size = {}, 0
-        for name in names:
-            try:
-                files[name] = safefs.read_text(self.root, name, MAX_CANDIDATE_BYTES - size)
-            except safefs.UnsafePath as exc:
-                raise CandidateError(
-                    f"{name}: {_reason(exc)} (candidate sources total at most {MAX_CANDIDATE_BYTES} bytes)"
-                ) from None
-            size += len(files[name].encode())
-        return CandidateSource(form=form, files=files)
+        """The candidate as it stands in the workspace, read by the contract's one folder reader."""
+        return read_candidate_dir(self.root, form)
 
 
 def _reason(exc: safefs.UnsafePath) -> str:

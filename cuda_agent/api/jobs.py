@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from cuda_agent.api.auth import SERVICE_TENANT, TenantDep
 from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId
-from cuda_agent.contracts.common import JobKind, JobStatus
+from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.jobs import JobView, ProbeRequest
 from cuda_agent.jobs import cancel_job, get_job, submit_job
 
@@ -37,7 +37,7 @@ def job_events(job_id: ObjectId, tenant: TenantDep) -> StreamingResponse:
             if state != last:
                 last = state
                 yield f"event: {view.status.value}\ndata: {view.model_dump_json()}\n\n"
-            if view.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED):
+            if view.status.terminal:
                 return
             time.sleep(EVENT_POLL_S)
 

@@ -8,7 +8,7 @@ from fastapi import HTTPException, status
 from pydantic import BaseModel
 from starlette.responses import JSONResponse
 
-from cuda_agent.contracts.common import JobKind, JobStatus
+from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.jobs import JobView
 from cuda_agent.jobs import TenantLimitExceeded, submit_job, wait_for_job
 
@@ -37,5 +37,4 @@ def submit_and_respond(
         with contextlib.suppress(TimeoutError):
             job = wait_for_job(job.id, timeout_s=wait_s)
     view = JobView.model_validate(job)
-    finished = view.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
-    return JSONResponse(status_code=200 if finished else 202, content=view.model_dump(mode="json"))
+    return JSONResponse(status_code=200 if view.status.terminal else 202, content=view.model_dump(mode="json"))

@@ -17,15 +17,16 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE, PROBLEM_FILE
 from cuda_agent.problem import ProblemError, call_inputs, load_problem
 
 SCALE_ENV = "CUDA_AGENT_BENCH_SCALE"
-PROBLEM_FILE = "problem.py"
 _SCALE_LINE = re.compile(r"^SCALE = .*$", re.MULTILINE)
+T = TypeVar("T")
 
 
 class BenchError(ValueError):
@@ -48,6 +49,14 @@ class ProblemSizes(BaseModel):
     outputs: list[str]
 
 
+def pick(found: dict[str, T], only: Sequence[str], what: str, root: Path) -> list[T]:
+    """The entries named in ``only`` (all when empty); a name that is not there is an error listing what is."""
+    unknown = [name for name in only if name not in found]
+    if unknown:
+        raise BenchError(f"no {what} named {', '.join(unknown)} in {root}; there are: {', '.join(found)}")
+    return [found[name] for name in only] if only else list(found.values())
+
+
 def discover_cases(root: Path, only: Sequence[str] = ()) -> list[BenchCase]:
     """The cases under ``root`` (sorted by name), or the ones named in ``only``."""
     if not root.is_dir():
@@ -55,14 +64,11 @@ def discover_cases(root: Path, only: Sequence[str] = ()) -> list[BenchCase]:
     cases = {
         d.name: BenchCase(d.name, d / PROBLEM_FILE, d)
         for d in sorted(root.iterdir())
-        if (d / PROBLEM_FILE).is_file() and (d / "model_new.py").is_file()
+        if (d / PROBLEM_FILE).is_file() and (d / MODEL_NEW_FILE).is_file()
     }
     if not cases:
-        raise BenchError(f"{root}: no case folders (<name>/{PROBLEM_FILE} with <name>/model_new.py)")
-    unknown = [name for name in only if name not in cases]
-    if unknown:
-        raise BenchError(f"no case named {', '.join(unknown)} in {root}; there are: {', '.join(cases)}")
-    return [cases[name] for name in only] if only else list(cases.values())
+        raise BenchError(f"{root}: no case folders (<name>/{PROBLEM_FILE} with <name>/{MODEL_NEW_FILE})")
+    return pick(cases, only, "case", root)
 
 
 def pin_scale(source: str, scale: float, where: str) -> str:

@@ -26,9 +26,8 @@ from rich.table import Table
 from cuda_agent.bench.cases import BenchCase, BenchError, ProblemSizes, meta_sizes, pin_scale
 from cuda_agent.bench.floor import FloorFigures, FloorRequest, run_floor
 from cuda_agent.bench.monitor import ResourceFigures, ResourceMonitor
-from cuda_agent.candidates import CandidateFileError, read_candidate
 from cuda_agent.compile import compile_candidate, materialize_artifact
-from cuda_agent.contracts.candidate import CandidateForm
+from cuda_agent.contracts.candidate import CandidateFileError, CandidateForm, read_candidate
 from cuda_agent.contracts.common import CompileStatus, Device, TolerancePreset
 from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.contracts.eval import EvalRequest, EvalResult

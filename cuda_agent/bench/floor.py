@@ -105,8 +105,8 @@ def measure_floor(req: FloorRequest) -> FloorFigures:
     figures.startup_s = time.perf_counter() - started
 
     begin = time.perf_counter()
-    problem = load_problem(req.problem_source, name="bench_floor_problem", filename="problem.py")
-    model_new = load_candidate(req.model_new, name="bench_floor_candidate", filename="model_new.py")
+    problem = load_problem(req.problem_source, name="bench_floor_problem")
+    model_new = load_candidate(req.model_new, name="bench_floor_candidate")
     init_inputs = call_inputs(problem.get_init_inputs, "get_init_inputs")
     # Tensors the problem creates without naming a device are made on the device itself (no host copy).
     with torch.device(device):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 import time
@@ -11,7 +10,7 @@ from typing import Any
 
 from cuda_agent.compile.builder import compile_candidate
 from cuda_agent.compile.toolchain import nvcc_path, resolve_arch
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE, CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus
 from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.settings import get_settings
@@ -53,7 +52,6 @@ def run_compile_benchmark(include_load_inline: bool = True) -> dict[str, Any]:
 
     Builds use a fresh marker in the source so nothing comes from an earlier run's cache.
     """
-    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
     marker = f"// bench {time.time_ns()}\n"
     arch = resolve_arch(None)
     figures: dict[str, Any] = {"arch": arch, "data_dir": str(get_settings().data_dir)}
@@ -67,7 +65,7 @@ def run_compile_benchmark(include_load_inline: bool = True) -> dict[str, Any]:
             raise RuntimeError(f"nvcc -cubin failed: {proc.stderr.decode()[-500:]}")
 
     files = {
-        "model_new.py": "from cuda_agent.kernels import load_kernels\n",
+        MODEL_NEW_FILE: "from cuda_agent.kernels import load_kernels\n",
         "kernels/add.cu": marker + "#include <cuda_runtime.h>\n" + _KERNEL + _LAUNCHER,
     }
     req = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files))
@@ -77,7 +75,7 @@ def run_compile_benchmark(include_load_inline: bool = True) -> dict[str, Any]:
     figures["cache_hit_s"], hit = _timed(lambda: compile_candidate(req))
     assert hit.cache_hit
     edited = req.model_copy(deep=True)
-    edited.candidate.files["model_new.py"] += "# edit\n"
+    edited.candidate.files[MODEL_NEW_FILE] += "# edit\n"
     figures["fast_path_relink_s"], _ = _timed(lambda: compile_candidate(edited))
 
     if include_load_inline:
@@ -86,7 +84,7 @@ def run_compile_benchmark(include_load_inline: bool = True) -> dict[str, Any]:
             f"ext = load_inline(name='bench_add', cpp_sources='torch::Tensor add(torch::Tensor a, "
             f"torch::Tensor b);', cuda_sources={(marker + _INLINE_CUDA)!r}, functions=['add'])\n"
         )
-        kb = CompileRequest(candidate=CandidateSource(form=CandidateForm.KERNELBENCH, files={"model_new.py": src}))
+        kb = CompileRequest(candidate=CandidateSource(form=CandidateForm.KERNELBENCH, files={MODEL_NEW_FILE: src}))
         figures["load_inline_cold_s"], inline = _timed(lambda: compile_candidate(kb))
         if inline.status is not CompileStatus.OK:
             raise RuntimeError(f"load_inline build failed: {inline.message}")

@@ -17,11 +17,17 @@ from typing import Any
 from cuda_agent import safefs
 from cuda_agent.compile import store
 from cuda_agent.compile.diagnostics import parse_diagnostics, parse_resources
+from cuda_agent.compile.libraries import (
+    NO_CUSTOM_KERNEL_MESSAGE,
+    VendorLibrary,
+    include_flags,
+    link_flags,
+    vendor_libraries,
+)
 from cuda_agent.compile.manifest import build_manifest, check_includes, parse_launchers
 from cuda_agent.compile.toolchain import (
     FlagError,
     check_flags,
-    cuda_home,
     gxx_version,
     nvcc_path,
     nvcc_version,
@@ -29,7 +35,15 @@ from cuda_agent.compile.toolchain import (
     torch_arch_list,
     torch_version,
 )
-from cuda_agent.contracts.candidate import CandidateForm
+from cuda_agent.contracts.candidate import (
+    KERNELS_DIR,
+    MODEL_NEW_FILE,
+    CandidateForm,
+    CandidateSource,
+    is_kernel_file,
+    is_unit,
+    layout_error,
+)
 from cuda_agent.contracts.common import CompileStatus, Device
 from cuda_agent.contracts.compile import CompileRequest, CompileResult, Diagnostic
 from cuda_agent.kernels.types import LIBRARY_NAME, MANIFEST_NAME
@@ -38,8 +52,6 @@ from cuda_agent.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-_UNITS = (".cu", ".cpp")
-_HEADERS = (".h", ".cuh", ".hpp", ".inl")
 _LOG_LIMIT = 64 * 1024
 # nvcc-only flags are dropped for g++ units; g++-only flags reach nvcc's host compiler through -Xcompiler.
 _NVCC_ONLY = re.compile(
@@ -99,21 +111,6 @@ def _summary(diagnostics: list[Diagnostic], fallback: str) -> str:
     return fallback
 
 
-def _check_paths(req: CompileRequest) -> str | None:
-    files = req.candidate.files
-    if "model_new.py" not in files:
-        return "the candidate has no model_new.py"
-    for name in files:
-        p = PurePosixPath(name)
-        if p.is_absolute() or ".." in p.parts or name != str(p) or not name:
-            return f"file path {name!r} must be relative, normalized and without '..'"
-        if req.candidate.form is CandidateForm.KERNELBENCH and name != "model_new.py":
-            return f"a kernelbench candidate is model_new.py alone; remove {name}"
-        if name != "model_new.py" and not (p.parts[0] == "kernels" and p.suffix in _UNITS + _HEADERS):
-            return f"{name}: project files are model_new.py and kernels/*.cu|*.cpp|*.h|*.cuh|*.hpp"
-    return None
-
-
 def compile_candidate(req: CompileRequest) -> CompileResult:
     """Build a candidate in the sandbox, or return the cached artifact of an identical earlier build."""
     started = time.monotonic()
@@ -122,17 +119,24 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
         arch = resolve_arch(flag_arch or req.arch) if req.device is Device.CUDA else None
     except FlagError as exc:
         return _error("", str(exc), started, [Diagnostic(message=str(exc), code="bad_flag")])
-    if problem := _check_paths(req):
+    if problem := layout_error(req.candidate):
         return _error("", problem, started, [Diagnostic(message=problem, code="bad_layout")])
     files = {name: _normalize(text) for name, text in req.candidate.files.items()}
+    libraries: list[VendorLibrary] = []
+    if req.candidate.form is CandidateForm.PROJECT:
+        libraries, bad = vendor_libraries(req.device, {n: t for n, t in files.items() if is_kernel_file(n)})
+        if bad:
+            return _error("", _summary(bad, "vendor library refused"), started, bad)
     key = _digest(
         {
-            "form": req.candidate.form,
+            # The contract's content key of the normalized files; the build adds what else decides the output.
+            "candidate": CandidateSource(form=req.candidate.form, files=files).key,
             "device": req.device,
             "arch": arch,
             "flags": extra,
-            "files": files,
             "tools": _toolchain(req.device, req.candidate.form),
+            # Only when declared, so the keys of candidates without vendor libraries stay what they were.
+            **({"libraries": [lib.fingerprint() for lib in libraries]} if libraries else {}),
         }
     )
     if store.has_artifact(key):
@@ -148,7 +152,7 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
             (scratch / "src" / name).parent.mkdir(parents=True, exist_ok=True)
             (scratch / "src" / name).write_text(text)
         if req.candidate.form is CandidateForm.PROJECT:
-            return _build_project(req, files, key, arch, extra, scratch, deadline, started)
+            return _build_project(req, files, libraries, key, arch, extra, scratch, deadline, started)
         return _build_kernelbench(req, key, arch, scratch, deadline, started)
     except _BuildFailed as failed:
         return failed.result.model_copy(update={"duration_s": time.monotonic() - started})
@@ -194,7 +198,7 @@ def _sandboxed(
         argv=argv,
         cwd=cwd,
         writable_paths=[cwd.parent],
-        env={"CUDA_HOME": str(cuda_home()), **(env or {})},
+        env={"CUDA_HOME": str(get_settings().cuda_home), **(env or {})},
         limits=_limits(deadline),
         extra_binds=extra_binds or [],
     )
@@ -269,13 +273,14 @@ def _unit_argv(unit: str, obj: str, device: Device, arch: str | None, extra: lis
             obj,
             unit,
         ]
-    host = ["-fopenmp"] if device is Device.CPU else [f"-I{cuda_home() / 'include'}"]
+    host = ["-fopenmp"] if device is Device.CPU else [f"-I{get_settings().cuda_home / 'include'}"]
     return ["g++", "-c", *opt, *std, "-fPIC", *host, *_split_flags(extra, False), "-o", obj, unit]
 
 
 def _build_project(
     req: CompileRequest,
     files: dict[str, str],
+    libraries: list[VendorLibrary],
     key: str,
     arch: str | None,
     extra: list[str],
@@ -283,8 +288,8 @@ def _build_project(
     deadline: float,
     started: float,
 ) -> CompileResult:
-    kernel_files = {n: t for n, t in files.items() if n.startswith("kernels/")}
-    units = sorted(n for n in kernel_files if n.endswith(_UNITS))
+    kernel_files = {n: t for n, t in files.items() if is_kernel_file(n)}
+    units = sorted(n for n in kernel_files if is_unit(n))
     if req.device is Device.CPU and any(u.endswith(".cu") for u in units):
         return _error(key, "device cpu builds C++ only: rename kernels/*.cu to .cpp (OpenMP allowed)", started)
     if not units:
@@ -317,6 +322,7 @@ def _build_project(
     max_file = get_settings().compile_max_file_bytes
     (scratch / "obj").mkdir()
     tools = _toolchain(req.device, CandidateForm.PROJECT)
+    unit_flags = [*extra, *include_flags(libraries)]
     # An object depends on its unit, every header, and any unit another file #includes.
     included = set(re.findall(r'#\s*include\s*"([^"]+)"', "".join(kernel_files.values())))
     deps = {
@@ -325,7 +331,7 @@ def _build_project(
         if n not in units
         or PurePosixPath(n).name in included
         or n in included
-        or n.removeprefix("kernels/") in included
+        or n.removeprefix(f"{KERNELS_DIR}/") in included
     }
 
     def build_unit(unit: str) -> str:
@@ -336,7 +342,7 @@ def _build_project(
                 "deps": deps,
                 "device": req.device,
                 "arch": arch,
-                "flags": extra,
+                "flags": unit_flags,
                 "tools": tools,
             }
         )
@@ -346,7 +352,7 @@ def _build_project(
             # The cache is ours, but scratch/obj is writable by every unit's sandbox: write, never follow.
             safefs.write_bytes(scratch / "obj", local, safefs.read_bytes(objects_dir, cached_obj, max_file))
             return safefs.read_text(objects_dir, cached_log, _LOG_LIMIT * 4)
-        argv = _unit_argv(unit, str(scratch / "obj" / local), req.device, arch, extra)
+        argv = _unit_argv(unit, str(scratch / "obj" / local), req.device, arch, unit_flags)
         output = _check_run(_sandboxed(argv, scratch / "src", deadline), key, started, f"compiling {unit}")
         obj = _built_file(scratch / "obj", local, max_file, key, started)
         safefs.write_bytes(objects_dir, cached_obj, obj)  # written whole under a temporary name, then renamed
@@ -361,12 +367,25 @@ def _build_project(
     objs = [str(scratch / "obj" / (u.replace("/", "__") + ".o")) for u in units]
     lib = str(out / LIBRARY_NAME)
     if req.device is Device.CUDA:
-        link = [str(nvcc_path()), "-shared", "-o", lib, *objs, "-Xlinker=--no-undefined"]
+        link = [str(nvcc_path()), "-shared", "-o", lib, *objs, "-Xlinker=--no-undefined", *link_flags(libraries)]
     else:
         link = ["g++", "-shared", "-fopenmp", "-o", lib, *objs, "-Wl,--no-undefined"]
     script = f"{' '.join(map(_quote, link))} && nm -D --defined-only {_quote(lib)} > {_quote(str(out / 'symbols'))}"
+    # An object that defines a __global__ kernel registers it with the CUDA runtime at load time, so it refers
+    # to __cudaRegisterFunction; one whose host code only calls a vendor library does not.
+    script += f" && {{ nm -A -u {' '.join(map(_quote, objs))} | grep -F __cudaRegisterFunction || true; }}"
+    script += f" > {_quote(str(out / 'kernel_objects'))}"
     link_log = _check_run(_sandboxed(["bash", "-c", script], scratch / "src", deadline), key, started, "linking")
     symbols = _built_file(out, "symbols", _LOG_LIMIT * 16, key, started).decode(errors="replace")
+    registering = _built_file(out, "kernel_objects", _LOG_LIMIT * 16, key, started).decode(errors="replace")
+    kernel_units = [u for u in units if f"/{u.replace('/', '__')}.o:" in registering]
+    if libraries and not kernel_units:
+        diag = Diagnostic(
+            message=NO_CUSTOM_KERNEL_MESSAGE,
+            code="no_custom_kernel",
+            hint="launch a kernel of your own (an epilogue, a fused elementwise step) next to the library call",
+        )
+        return _error(key, _summary([diag], NO_CUSTOM_KERNEL_MESSAGE), started, [diag], log_text=link_log)
     exported = {line.split()[-1] for line in symbols.splitlines() if line.strip()}
     missing = [f for f in functions if f["name"] not in exported]
     if missing:
@@ -384,7 +403,7 @@ def _build_project(
     library = _built_file(out, LIBRARY_NAME, max_file, key, started)
     staging = store.new_staging()
     safefs.write_bytes(staging, f"kernels/{LIBRARY_NAME}", library)
-    manifest = build_manifest(req.device.value, functions)
+    manifest = build_manifest(req.device.value, functions, [lib.name for lib in libraries], kernel_units)
     safefs.write_text(staging, f"kernels/{MANIFEST_NAME}", json.dumps(manifest, indent=1))
     build_log = "\n".join([*logs, link_log])
     diagnostics = parse_diagnostics(build_log)
@@ -434,9 +453,13 @@ def _build_kernelbench(
     if arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
     result = _sandboxed(
-        [sys.executable, "-c", "import model_new"], scratch / "src", deadline, env, [(ext, store.TORCH_EXT_SANDBOX_DIR)]
+        [sys.executable, "-c", f"import {PurePosixPath(MODEL_NEW_FILE).stem}"],
+        scratch / "src",
+        deadline,
+        env,
+        [(ext, store.TORCH_EXT_SANDBOX_DIR)],
     )
-    output = _check_run(result, key, started, "importing model_new.py")
+    output = _check_run(result, key, started, f"importing {MODEL_NEW_FILE}")
     staging = store.new_staging()
     try:
         store.copy_artifact_tree(ext, staging / "torch_extensions")
@@ -453,7 +476,9 @@ def _build_kernelbench(
         duration_s=time.monotonic() - started,
         diagnostics=diagnostics,
         log=output[-_LOG_LIMIT:],
-        message=f"built extension(s): {', '.join(built)}" if built else "model_new.py imported; it built no extension",
+        message=(
+            f"built extension(s): {', '.join(built)}" if built else f"{MODEL_NEW_FILE} imported; it built no extension"
+        ),
     )
     record = store.BuildRecord(
         form=CandidateForm.KERNELBENCH,

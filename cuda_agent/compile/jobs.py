@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.orm import Session
 
 from cuda_agent.candidates import record_candidate
 from cuda_agent.compile.builder import compile_candidate
-from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.compile import CompileRequest, CompileResult
 from cuda_agent.db.models import CompileResultRow, Job
-from cuda_agent.jobs.registry import JobContext, register_handler, register_persister
+from cuda_agent.jobs.registry import JobContext
 
 
-@register_handler(JobKind.COMPILE)
-def compile_job(request: dict[str, Any], _context: JobContext) -> dict[str, Any]:
-    return compile_candidate(CompileRequest.model_validate(request)).model_dump(mode="json")
+def compile_job(request: CompileRequest, _context: JobContext) -> CompileResult:
+    return compile_candidate(request)
 
 
-@register_persister(JobKind.COMPILE)
-def store_compile_result(session: Session, job: Job, document: dict[str, Any]) -> None:
-    result = CompileResult.model_validate(document)
-    candidate = record_candidate(session, CompileRequest.model_validate(job.request).candidate)
+def store_compile_result(session: Session, job: Job, request: CompileRequest, result: CompileResult) -> None:
+    candidate = record_candidate(session, request.candidate)
     session.add(
         CompileResultRow(
             job_id=job.id,

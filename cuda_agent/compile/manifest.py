@@ -23,15 +23,18 @@ _LAUNCHER = re.compile(
 )
 _EXTERN_BLOCK = re.compile(r'extern\s+"C"\s*\{')
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
-_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.MULTILINE)
+# [ \t], not \s: \s would match the newlines of blank lines before the directive and report the wrong line.
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.MULTILINE)
+# First path component (or the file) of headers that belong to torch's C++ API or to CPython.
+_TORCH_HEADER_ROOTS = frozenset({"torch", "ATen", "c10", "caffe2", "pybind11", "Python.h"})
 
 
-def _blank_comments(text: str) -> str:
+def blank_comments(text: str) -> str:
     """Comments replaced by spaces with newlines kept, so offsets still give the right line."""
     return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
-def _line_of(text: str, offset: int) -> int:
+def line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
@@ -71,7 +74,7 @@ def _parse_param(raw: str) -> dict[str, Any] | str:
 
 def parse_launchers(path: str, source: str) -> tuple[list[dict[str, Any]], list[Diagnostic]]:
     """Exported launchers defined in one .cu/.cpp file, and diagnostics for ones that break the contract."""
-    text = _blank_comments(source)
+    text = blank_comments(source)
     functions: list[dict[str, Any]] = []
     problems: list[Diagnostic] = []
 
@@ -79,7 +82,7 @@ def parse_launchers(path: str, source: str) -> tuple[list[dict[str, Any]], list[
         problems.append(
             Diagnostic(
                 file=path,
-                line=_line_of(text, offset),
+                line=line_of(text, offset),
                 message=message,
                 code="bad_prototype",
                 hint="see the candidate contract: exported launchers and allowed types",
@@ -112,29 +115,47 @@ def parse_launchers(path: str, source: str) -> tuple[list[dict[str, Any]], list[
             params.append(parsed)
         else:
             functions.append(
-                {"name": name, "return": ret, "params": params, "file": path, "line": _line_of(text, m.start())}
+                {"name": name, "return": ret, "params": params, "file": path, "line": line_of(text, m.start())}
             )
     return functions, problems
 
 
+def included(source: str) -> list[tuple[str, int]]:
+    """(header as written, line) of each #include outside comments."""
+    text = blank_comments(source)
+    return [(m.group(2).strip(), line_of(text, m.start())) for m in _INCLUDE.finditer(text)]
+
+
 def check_includes(path: str, source: str) -> list[Diagnostic]:
-    """Nothing may be included by absolute path or via '..' (e.g. ``#include </dev/zero>``)."""
+    """Nothing may be included by absolute path or via '..' (e.g. ``#include </dev/zero>``), and no torch or
+    Python header: the project form builds without them (they are not on its include path either, but a compiler's
+    "file not found" would not say why)."""
     problems = []
-    text = _blank_comments(source)
-    for m in _INCLUDE.finditer(text):
-        target = m.group(2).strip()
+    for target, line in included(source):
         if target.startswith("/") or ".." in target.split("/"):
-            problems.append(
-                Diagnostic(
-                    file=path,
-                    line=_line_of(text, m.start()),
-                    code="forbidden_include",
-                    message=f"#include of {target!r}: absolute and '..' include paths are not allowed",
-                    hint="include only system/CUDA headers or files of the candidate, by relative path",
-                )
-            )
+            message = f"#include of {target!r}: absolute and '..' include paths are not allowed"
+            hint = "include only system/CUDA headers or files of the candidate, by relative path"
+        elif target.split("/")[0] in _TORCH_HEADER_ROOTS:
+            message = f"#include of {target!r}: the project form builds without torch and Python headers"
+            hint = 'take tensors as pointers in an extern "C" launcher, or use the kernelbench form (load_inline)'
+        else:
+            continue
+        problems.append(Diagnostic(file=path, line=line, code="forbidden_include", message=message, hint=hint))
     return problems
 
 
-def build_manifest(device: str, functions: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"version": MANIFEST_VERSION, "device": device, "library": LIBRARY_NAME, "functions": functions}
+def build_manifest(
+    device: str, functions: list[dict[str, Any]], libraries: list[str], kernel_units: list[str]
+) -> dict[str, Any]:
+    """What the binding loads, plus what the build found: the vendor libraries linked and, for CUDA, the units that
+    define a ``__global__`` kernel of the candidate's own (the binding ignores both; they are there to inspect)."""
+    manifest: dict[str, Any] = {
+        "version": MANIFEST_VERSION,
+        "device": device,
+        "library": LIBRARY_NAME,
+        "functions": functions,
+        "libraries": libraries,
+    }
+    if device == "cuda":
+        manifest["kernel_units"] = kernel_units
+    return manifest

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -22,12 +21,8 @@ class FlagError(ValueError):
     """An extra flag outside the allow-list; the message names it."""
 
 
-def cuda_home() -> Path:
-    return Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda")
-
-
 def nvcc_path() -> Path:
-    return cuda_home() / "bin" / "nvcc"
+    return get_settings().cuda_home / "bin" / "nvcc"
 
 
 def _first_line_matching(argv: list[str], pattern: str) -> str:

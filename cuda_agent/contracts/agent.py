@@ -9,19 +9,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import MAX_NAME_CHARS, MAX_SOURCE_CHARS, Device, RequestModel, TolerancePreset
-from cuda_agent.contracts.eval import (
-    MAX_CORRECTNESS_TRIALS,
-    MAX_EVAL_TIMEOUT_S,
-    MAX_TIMING_TRIALS,
-    MAX_WARMUP,
-    EvalResult,
-)
+from cuda_agent.contracts.eval import MAX_EVAL_TIMEOUT_S, EvalOptions, EvalResult
 
 # Token counts a request may ask for (context window, one completion).
 MAX_CONTEXT_TOKENS = 2_000_000
@@ -115,8 +109,9 @@ class BestCandidate(BaseModel):
     result: EvalResult
 
 
-class RolloutConfig(BaseModel):
-    """Limits and evaluation settings of one rollout; None fields fall back to settings."""
+class RolloutConfig(EvalOptions):
+    """Limits of one rollout, and how its candidates are judged (the evaluation options, inherited so that they are
+    declared once and a rollout's JSON keeps them at the top level); None fields fall back to settings."""
 
     max_turns: int | None = Field(None, ge=1, le=200, description="None: settings.agent_max_turns.")
     context_tokens: int | None = Field(
@@ -127,17 +122,47 @@ class RolloutConfig(BaseModel):
     )
     wall_clock_s: float | None = Field(None, gt=0, le=7 * 86400, description="None: no wall-clock limit.")
     form: CandidateForm = CandidateForm.PROJECT
-    device: Device = Device.CUDA
-    tolerance: TolerancePreset = TolerancePreset.KERNELBENCH
-    correctness_trials: int = Field(5, ge=1, le=MAX_CORRECTNESS_TRIALS)
-    timing_trials: int = Field(100, ge=1, le=MAX_TIMING_TRIALS)
-    warmup: int = Field(10, ge=0, le=MAX_WARMUP)
-    allow_torch_compute: bool = False
-    measure_baselines: bool = Field(True, description="Time eager/torch.compile baselines (speedups, reward 2/3).")
     bash_timeout_s: float = Field(120.0, gt=0, le=MAX_EVAL_TIMEOUT_S, description="Wall-clock limit of one bash call.")
     tool_output_chars: int = Field(
         16_000, ge=1000, le=1_000_000, description="Tool output beyond this is cut, with a note."
     )
+
+
+class TensorSpec(BaseModel):
+    kind: Literal["tensor"] = "tensor"
+    shape: list[int]
+    dtype: str = Field(description="torch dtype name without the module, e.g. float32, bfloat16, int64.")
+
+
+class ScalarSpec(BaseModel):
+    kind: Literal["scalar"] = "scalar"
+    value: bool | int | float | str | None
+
+
+class OtherSpec(BaseModel):
+    """A value that is neither a tensor nor a scalar (a list, a tuple, an object): its type and a short repr."""
+
+    kind: Literal["other"] = "other"
+    type: str
+    repr: str
+
+
+ValueSpec = Annotated[TensorSpec | ScalarSpec | OtherSpec, Field(discriminator="kind")]
+
+
+class ProblemSpec(BaseModel):
+    """The problem as a policy reads it, instead of parsing the prompt: shapes and dtypes come from building the
+    reference and calling it once on the meta device, so nothing of its size is allocated."""
+
+    source: str
+    device: Device
+    tolerance: TolerancePreset
+    init_inputs: list[ValueSpec] = Field(default_factory=list, description="What get_init_inputs() returns.")
+    inputs: list[ValueSpec] = Field(default_factory=list, description="What get_inputs() returns (one call).")
+    outputs: list[ValueSpec] | None = Field(
+        None, description="What forward returns (a tuple flattened one level); None when the meta pass failed."
+    )
+    error: str = Field("", description="Why shapes are missing or partial (the problem's code failed on meta).")
 
 
 class OpenAIPolicyOptions(BaseModel):
@@ -170,12 +195,23 @@ class ReplayPolicyOptions(BaseModel):
 
 
 class HeuristicPolicyOptions(BaseModel):
+    """The built-in kernel author: how long its variant search may take (within the rollout's wall clock)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    budget_s: float = Field(180.0, gt=0, le=3600, description="Seconds of variant search per problem.")
+
+
+class MultiAgentPolicyOptions(OpenAIPolicyOptions):
+    """The `multi` policy: the `openai` options of the one endpoint serving every role, and the block length."""
+
+    turns_per_role: int = Field(5, ge=1, le=50, description="Turns each role takes before the next one acts.")
 
 
 # The options each built-in policy takes from a request. An allow-list: anything else is refused by name.
 POLICY_OPTIONS: dict[str, type[BaseModel]] = {
     "openai": OpenAIPolicyOptions,
+    "multi": MultiAgentPolicyOptions,
     "replay": ReplayPolicyOptions,
     "heuristic": HeuristicPolicyOptions,
 }
@@ -193,7 +229,8 @@ class RolloutRequest(RequestModel):
     policy: str = Field("openai", max_length=64, description="Registered policy name.")
     policy_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options of the policy (`openai`: endpoint, model, sampling; `replay`: trajectory). Endpoint "
+        description="Options of the policy (`openai`: endpoint, model, sampling; `multi`: the same plus "
+        "turns_per_role; `replay`: trajectory). Endpoint "
         "URLs and keys are the operator's: a request names a configured endpoint.",
     )
     config: RolloutConfig = Field(default_factory=RolloutConfig)

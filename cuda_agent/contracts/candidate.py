@@ -18,6 +18,9 @@ from cuda_agent import safefs
 from cuda_agent.contracts.common import MAX_CANDIDATE_FILES, MAX_PATH_CHARS, MAX_SOURCE_CHARS
 
 MODEL_NEW_FILE = "model_new.py"  # defines ModelNew; in both forms
+# The problem a candidate is judged against, when it is written beside it: the evaluation's child directories and
+# the bench's case folders (<name>/problem.py beside <name>/model_new.py).
+PROBLEM_FILE = "problem.py"
 KERNELS_DIR = "kernels"  # the project form's native sources, any depth below it
 # Translation units are compiled and linked; headers are only included. Both ship with the candidate.
 UNIT_SUFFIXES = (".cu", ".cpp")
@@ -105,22 +108,28 @@ def read_candidate_dir(root: Path, form: CandidateForm | None = None) -> Candida
 
     ``form`` None infers it (project when kernel files exist). Reads go through ``safefs``: the folder may have been
     written from a sandbox, so a link, FIFO or device node is never followed and is not part of the candidate,
-    and the sources total at most MAX_CANDIDATE_BYTES.
+    and the sources total at most MAX_CANDIDATE_BYTES. Messages name paths relative to ``root`` only: the agent
+    reading them knows its workspace, not where it lies on the host.
     """
     if not safefs.exists(root, MODEL_NEW_FILE):
-        raise CandidateFileError(f"{MODEL_NEW_FILE} does not exist (or is not a regular file) in {root}")
+        raise CandidateFileError(f"{MODEL_NEW_FILE} does not exist (or is not a regular file); write it first")
     names = [MODEL_NEW_FILE]
     if form is not CandidateForm.KERNELBENCH:
         # The glob only lists names and does not descend into linked directories; each name is then checked
         # without following links, so a link, FIFO or device node is left out rather than followed.
         found = (p.relative_to(root).as_posix() for p in (root / KERNELS_DIR).glob("**/*"))
-        names += sorted(n for n in found if is_kernel_file(n) and safefs.exists(root, n))[:MAX_CANDIDATE_FILES]
+        names += sorted(n for n in found if is_kernel_file(n) and safefs.exists(root, n))
+    if len(names) > MAX_CANDIDATE_FILES:
+        # Refused, not cut: a candidate silently missing some of its sources would fail to build for no stated reason.
+        raise CandidateFileError(
+            f"{len(names)} candidate files, more than the limit of {MAX_CANDIDATE_FILES} ({MODEL_NEW_FILE} included)"
+        )
     files, size = {}, 0
     for name in names:
         try:
             files[name] = safefs.read_text(root, name, MAX_CANDIDATE_BYTES - size)
         except safefs.UnsafePath as exc:
-            reason = str(exc).rsplit(": ", 1)[-1]
+            reason = str(exc).rsplit(": ", 1)[-1]  # safefs names the host path; keep only the reason
             raise CandidateFileError(
                 f"{name}: {reason} (candidate sources total at most {MAX_CANDIDATE_BYTES} bytes)"
             ) from None
@@ -133,7 +142,10 @@ def read_candidate_dir(root: Path, form: CandidateForm | None = None) -> Candida
 def read_candidate(path: Path) -> CandidateSource:
     """A `.py` file is the KernelBench form; a folder with model_new.py (and kernels/) is read as above."""
     if path.is_dir():
-        return read_candidate_dir(path)
+        try:
+            return read_candidate_dir(path)
+        except CandidateFileError as exc:
+            raise CandidateFileError(f"{path}: {exc}") from None
     if not path.is_file():
         raise CandidateFileError(f"{path}: no such file or folder")
     if path.suffix != ".py":

@@ -84,6 +84,8 @@ class JobKind(StrEnum):
     EVALUATE = "evaluate"
     PROFILE = "profile"
     OPTIMIZE = "optimize"  # an agent rollout behind POST /v1/optimize
+    SYNTHESIZE_DATASET = "synthesize_dataset"  # a dataset synthesis behind POST /v1/datasets
+    MEASURE_PROBLEM = "measure_problem"  # a problem measured alone (no candidate): a synthesis's GPU filters
 
 
 class JobStatus(StrEnum):
@@ -92,6 +94,11 @@ class JobStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the job has ended: its status, result and error no longer change."""
+        return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
 class CompileStatus(StrEnum):

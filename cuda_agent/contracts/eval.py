@@ -19,14 +19,9 @@ MAX_WARMUP = 1_000
 MAX_EVAL_TIMEOUT_S = 3600.0
 
 
-class EvalRequest(RequestModel):
-    problem_source: str = Field(
-        description="KernelBench problem file: Model, get_inputs, get_init_inputs.", max_length=MAX_SOURCE_CHARS
-    )
-    candidate: CandidateSource
-    artifact_key: str | None = Field(
-        None, pattern=ARTIFACT_KEY_PATTERN, description="Compiled artifact of the candidate (compile_svc)."
-    )
+class EvalOptions(BaseModel):
+    """How a candidate is judged: declared once here, shared by an evaluation request and a rollout's config."""
+
     device: Device = Device.CUDA
     tolerance: TolerancePreset = TolerancePreset.KERNELBENCH
     correctness_trials: int = Field(5, ge=1, le=MAX_CORRECTNESS_TRIALS)
@@ -36,6 +31,16 @@ class EvalRequest(RequestModel):
     allow_torch_compute: bool = Field(False, description="The problem allows PyTorch compute in forward.")
     timeout_s: float | None = Field(
         None, gt=0, le=MAX_EVAL_TIMEOUT_S, description="Wall-clock limit per child; None: settings.eval_timeout_s."
+    )
+
+
+class EvalRequest(RequestModel, EvalOptions):
+    problem_source: str = Field(
+        description="KernelBench problem file: Model, get_inputs, get_init_inputs.", max_length=MAX_SOURCE_CHARS
+    )
+    candidate: CandidateSource
+    artifact_key: str | None = Field(
+        None, pattern=ARTIFACT_KEY_PATTERN, description="Compiled artifact of the candidate (compile_svc)."
     )
 
 

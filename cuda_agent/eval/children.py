@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import socket
 import sys
 import tempfile
@@ -102,7 +101,7 @@ def _start(slot: ChildSlot, *, warm: bool) -> None:
     # The sandbox supplies PATH, PYTHONPATH (the cuda_agent package, read-only) and a private /tmp.
     env = {
         "HOME": str(workdir),
-        "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+        "CUDA_HOME": str(settings.cuda_home),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": str(key.gpu_index) if cuda and key.gpu_index is not None else "",
         "OMP_NUM_THREADS": key.omp_threads,

@@ -24,14 +24,14 @@ import platform
 import socket
 import statistics
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import ValidationError
 
 from cuda_agent import safefs
-from cuda_agent.contracts.candidate import CandidateForm
+from cuda_agent.contracts.candidate import PROBLEM_FILE, CandidateForm, layout_error
 from cuda_agent.contracts.common import Device, EvalStatus
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, Finding, Fingerprint, TimingStats
 from cuda_agent.eval import memory
@@ -39,7 +39,6 @@ from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key
 from cuda_agent.eval.child.channel import ChannelClosed, ChannelError, close_fds
 from cuda_agent.eval.child.harness import STICKY_CUDA_ERRORS
 from cuda_agent.eval.child.protocol import (
-    PROBLEM_FILE,
     REPLIES,
     Called,
     ChildReport,
@@ -63,7 +62,7 @@ from cuda_agent.eval.child.protocol import (
 )
 from cuda_agent.eval.children import EXTENSIONS_SUBDIR, POOL, ChildKey, ChildSlot, ensure_started
 from cuda_agent.eval.compare import meta_mismatch
-from cuda_agent.eval.reward import continuous_speedup, reward_for
+from cuda_agent.eval.reward import continuous_speedup, failure_reward, reward_for
 from cuda_agent.eval.static_scan import scan_candidate
 from cuda_agent.eval.timing import stats
 from cuda_agent.gpu import gpu_by_index, gpu_health, select_gpu
@@ -80,7 +79,6 @@ FIXED_SEEDS = (1234, 2345, 3456, 4567, 5678, 6789, 7890, 8901, 9012)
 PLAUSIBLE_SPEEDUP = 10.0  # beyond this a speedup is re-timed in a fresh process before it counts
 SPOT_CHECKS = 2
 COMPARE_THREADS = 4
-CANDIDATE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 # Deadlines of one call (a correctness trial, a timed call, a spot check): a fixed allowance for start-up work
 # (first-call initialisation, lazy module loads, the guards' overhead) plus a multiple of the reference's time
 # for the same call. A candidate 50 times slower than eager still gets its verdict; a hung one is stopped in
@@ -381,7 +379,7 @@ class Evaluation:
             fault = "infrastructure"
         elif fault is None and status is not EvalStatus.CORRECT:
             fault = "candidate"
-        reward = fields.pop("reward", None if status is EvalStatus.SANDBOX_ERROR else -1.0)
+        reward = fields.pop("reward", failure_reward(status))
         return EvalResult(
             status=status,
             correct=status is EvalStatus.CORRECT,
@@ -634,19 +632,9 @@ class Evaluation:
         self.mark("candidate.timing")
 
     def check_candidate_files(self) -> None:
-        files = self.req.candidate.files
-        if "model_new.py" not in files:
-            raise Abort(self.result(EvalStatus.RUNTIME_ERROR, "candidate has no model_new.py"))
-        for name in files:
-            path = PurePosixPath(name)
-            top_level_py = path.suffix == ".py" and len(path.parts) == 1 and name != "model_new.py"
-            if path.is_absolute() or ".." in path.parts or not name.endswith(CANDIDATE_SUFFIXES) or top_level_py:
-                raise Abort(
-                    self.result(
-                        EvalStatus.RUNTIME_ERROR,
-                        f"candidate file {name!r} not allowed: model_new.py plus kernels/*.cu|.cuh|.cpp|.h only",
-                    )
-                )
+        """The contract's layout check, the one compile applies too: a candidate that builds is never refused here."""
+        if problem := layout_error(self.req.candidate):
+            raise Abort(self.result(EvalStatus.RUNTIME_ERROR, problem))
 
     def pick_gpu(self) -> None:
         try:

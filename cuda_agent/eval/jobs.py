@@ -2,32 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.orm import Session
 
 from cuda_agent.candidates import record_candidate, record_problem
-from cuda_agent.contracts.common import JobKind
-from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest
+from cuda_agent.contracts.candidate import CandidateForm
+from cuda_agent.contracts.common import CompileStatus, EvalStatus
+from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest, ProfileResult
 from cuda_agent.db.models import EvalResultRow, Job
 from cuda_agent.eval import evaluate, profile_candidate
-from cuda_agent.jobs.registry import JobContext, register_handler, register_persister
+from cuda_agent.eval.reward import failure_reward
+from cuda_agent.jobs.registry import JobContext
+from cuda_agent.verify import LocalBackend, verify_candidate
 
 
-@register_handler(JobKind.EVALUATE)
-def evaluate_job(request: dict[str, Any], _context: JobContext) -> dict[str, Any]:
-    return evaluate(EvalRequest.model_validate(request)).model_dump(mode="json")
+def evaluate_job(request: EvalRequest, _context: JobContext) -> EvalResult:
+    """A project candidate sent without a build is built here first, through the one compile-then-verify flow; a
+    build the candidate broke is its verdict (-1), a build the sandbox broke is an infrastructure fault."""
+    if request.artifact_key is not None or request.candidate.form is CandidateForm.KERNELBENCH:
+        return evaluate(request)
+    compiled, verdict = verify_candidate(request.problem_source, request.candidate, request, LocalBackend())
+    if verdict is not None:
+        return verdict
+    status = EvalStatus.SANDBOX_ERROR if compiled.status is CompileStatus.SANDBOX_ERROR else EvalStatus.RUNTIME_ERROR
+    return EvalResult(
+        status=status,
+        correct=False,
+        reward=failure_reward(status),
+        message=f"the candidate did not build ({compiled.status.value}): {compiled.message}"[:4000],
+        fault="infrastructure" if status is EvalStatus.SANDBOX_ERROR else "candidate",
+    )
 
 
-@register_handler(JobKind.PROFILE)
-def profile_job(request: dict[str, Any], _context: JobContext) -> dict[str, Any]:
-    return profile_candidate(ProfileRequest.model_validate(request)).model_dump(mode="json")
+def profile_job(request: ProfileRequest, _context: JobContext) -> ProfileResult:
+    return profile_candidate(request)
 
 
-@register_persister(JobKind.EVALUATE)
-def store_eval_result(session: Session, job: Job, document: dict[str, Any]) -> None:
-    result = EvalResult.model_validate(document)
-    request = EvalRequest.model_validate(job.request)
+def store_eval_result(session: Session, job: Job, request: EvalRequest, result: EvalResult) -> None:
     problem = record_problem(session, request.problem_source)
     candidate = record_candidate(session, request.candidate, problem_id=problem.id)
     samples = {

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -37,7 +36,7 @@ def find_ncu() -> str | None:
     if found:
         return found
     for candidate in (
-        Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "ncu",
+        get_settings().cuda_home / "bin" / "ncu",
         *sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu")),
     ):
         if candidate.exists():

@@ -1,8 +1,19 @@
-"""The reward RL trains on: -1 wrong, 1 correct, 2 faster than eager, 3 faster than eager and torch.compile."""
+"""The reward RL trains on: -1 wrong, 1 correct, 2 faster than eager, 3 faster than eager and torch.compile.
+
+An evaluation the sandbox could not finish is no verdict on the candidate and has no reward at all (None), never
+-1: ``failure_reward`` is the one place that rule is decided.
+"""
 
 from __future__ import annotations
 
 import math
+
+from cuda_agent.contracts.common import EvalStatus
+
+
+def failure_reward(status: EvalStatus) -> float | None:
+    """Reward of an evaluation that did not end correct: None for an infrastructure fault, else -1."""
+    return None if status is EvalStatus.SANDBOX_ERROR else -1.0
 
 
 def reward_for(

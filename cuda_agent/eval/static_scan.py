@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from cuda_agent.contracts.candidate import CandidateSource
+from cuda_agent.contracts.candidate import KERNEL_SUFFIXES, CandidateSource
 from cuda_agent.contracts.eval import Finding
 
 FORBIDDEN_MODULES = frozenset(
@@ -100,7 +100,6 @@ TORCH_FORBIDDEN = frozenset(
 NATIVE_ESCAPES = re.compile(
     r"\b(dlopen|dlsym|popen|system\s*\(|fork\s*\(|execv|execl|__attribute__\s*\(\(\s*constructor)"
 )
-NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".hpp")
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -230,6 +229,6 @@ def scan_candidate(candidate: CandidateSource) -> list[Finding]:
     for path, text in sorted(candidate.files.items()):
         if path.endswith(".py"):
             findings += scan_python(text, path)
-        elif path.endswith(NATIVE_SUFFIXES) and NATIVE_ESCAPES.search(text):
+        elif path.endswith(KERNEL_SUFFIXES) and NATIVE_ESCAPES.search(text):
             findings.append(Finding(code="static_native_escape", message=f"{path}: calls dlopen/system/fork/exec"))
     return findings

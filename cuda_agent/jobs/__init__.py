@@ -1,6 +1,6 @@
 """Jobs: the one path by which work is queued, executed (by a Celery worker or in-process) and stored."""
 
-from cuda_agent.jobs.registry import JOB_SPECS, JobSpec, register_handler
+from cuda_agent.jobs.registry import JOB_SPECS, JobContext, JobSpec
 from cuda_agent.jobs.runner import (
     JobFailed,
     JobNotFound,
@@ -18,6 +18,7 @@ from cuda_agent.jobs.runner import (
 
 __all__ = [
     "JOB_SPECS",
+    "JobContext",
     "JobFailed",
     "JobNotFound",
     "JobSpec",
@@ -27,7 +28,6 @@ __all__ = [
     "create_job",
     "dispatch",
     "get_job",
-    "register_handler",
     "run_job",
     "run_to_result",
     "submit_job",

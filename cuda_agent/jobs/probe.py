@@ -10,24 +10,23 @@ import os
 import platform
 import socket
 import time
-from typing import Any
 
-from cuda_agent.contracts.common import JobKind
-from cuda_agent.jobs.registry import JobContext, register_handler
+from cuda_agent.contracts.jobs import ProbeRequest, ProbeResult
+from cuda_agent.jobs.registry import JobContext
 
 
-@register_handler(JobKind.PROBE)
-def run_probe(request: dict[str, Any], context: JobContext) -> dict[str, Any]:
-    sleep_s = float(request.get("sleep_s", 0.0))
-    deadline = time.monotonic() + sleep_s
-    while time.monotonic() < deadline:
-        if context.is_cancelled():
-            return {"cancelled": True}
-        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-    return {
-        "echo": request.get("echo"),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "python": platform.python_version(),
-        "attempt": context.attempt,
-    }
+def run_probe(request: ProbeRequest, context: JobContext) -> ProbeResult:
+    deadline = time.monotonic() + request.sleep_s
+    cancelled = False
+    while not cancelled and time.monotonic() < deadline:
+        cancelled = context.is_cancelled()
+        if not cancelled:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    return ProbeResult(
+        echo=request.echo,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        python=platform.python_version(),
+        attempt=context.attempt,
+        cancelled=cancelled,
+    )

@@ -1,7 +1,10 @@
-"""The queue map: each job kind, its Celery task name, its queue, and the plain function that does the work.
+"""The queue map: one entry per job kind with its request and result models, its queue, its Celery task name, the
+plain function that does the work and the one that stores its result row.
 
-Handlers are registered by the library module that owns the work (cuda_agent.compile, cuda_agent.eval, ...),
-so the same function runs in a Celery worker and in the embedded CLI.
+Handlers are named by import path and imported on first use: an API process that only submits and reads jobs
+never imports the compile or eval stacks (nor torch), and the library modules that own the work (cuda_agent.compile,
+cuda_agent.eval, ...) need not import this module to register themselves. The same function runs in a Celery
+worker and in the embedded CLI. The Celery tasks are generated from this map (cuda_agent.queue.tasks).
 """
 
 from __future__ import annotations
@@ -9,54 +12,21 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from cuda_agent.contracts.agent import RolloutRequest
 from cuda_agent.contracts.common import JobKind, QueueName
+from cuda_agent.contracts.compile import CompileRequest, CompileResult
+from cuda_agent.contracts.dataset import MeasureRequest, MeasureResult, SynthesizeRequest, SynthesizeResult
+from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest, ProfileResult
+from cuda_agent.contracts.jobs import OptimizeResult, ProbeRequest, ProbeResult
+from cuda_agent.db.models import Job
 
-# A handler takes the job's request document and a context, and returns the result document.
-Handler = Callable[[dict[str, Any], "JobContext"], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    kind: JobKind
-    queue: QueueName
-    task_name: str
-    handler_module: str  # imported on first use; registers the handler for this kind
-
-    def handler(self) -> Handler:
-        if self.kind not in _HANDLERS:
-            importlib.import_module(self.handler_module)
-        try:
-            return _HANDLERS[self.kind]
-        except KeyError:
-            raise RuntimeError(f"{self.handler_module} did not register a handler for job kind {self.kind}") from None
-
-
-JOB_SPECS: dict[JobKind, JobSpec] = {
-    spec.kind: spec
-    for spec in (
-        JobSpec(JobKind.PROBE, QueueName.COMPILE, "jobs.probe", "cuda_agent.jobs.probe"),
-        JobSpec(JobKind.COMPILE, QueueName.COMPILE, "compile.build", "cuda_agent.compile.jobs"),
-        JobSpec(JobKind.EVALUATE, QueueName.EVAL, "eval.evaluate", "cuda_agent.eval.jobs"),
-        JobSpec(JobKind.PROFILE, QueueName.PROFILE, "eval.profile", "cuda_agent.eval.jobs"),
-        JobSpec(JobKind.OPTIMIZE, QueueName.ROLLOUT, "agent.optimize", "cuda_agent.agent.jobs"),
-    )
-}
-
-_HANDLERS: dict[JobKind, Handler] = {}
-
-
-def register_handler(kind: JobKind) -> Callable[[Handler], Handler]:
-    """Decorator for the plain function that executes jobs of ``kind``; duplicates are a programming error."""
-
-    def decorate(fn: Handler) -> Handler:
-        if kind in _HANDLERS and _HANDLERS[kind] is not fn:
-            raise RuntimeError(f"a handler for job kind {kind} is already registered")
-        _HANDLERS[kind] = fn
-        return fn
-
-    return decorate
+RequestT = TypeVar("RequestT", bound=BaseModel)
+ResultT = TypeVar("ResultT", bound=BaseModel)
 
 
 @dataclass
@@ -70,21 +40,112 @@ class JobContext:
     is_cancelled: Callable[[], bool]
 
 
-# Result rows written in the same transaction as the job's final status, keyed by job id (unique), so a
-# redelivered job cannot store a second result.
-Persister = Callable[[Any, Any, dict[str, Any]], None]
-_PERSISTERS: dict[JobKind, Persister] = {}
+# A handler takes the job's validated request and a context, and returns its result.
+Handler = Callable[[RequestT, JobContext], ResultT]
+# A store writes the job's result row in the transaction that gives the job its final status, keyed by job id
+# (unique), so a redelivered job cannot store a second result.
+Store = Callable[[Session, Job, RequestT, ResultT], None]
 
 
-def register_persister(kind: JobKind) -> Callable[[Persister], Persister]:
-    def decorate(fn: Persister) -> Persister:
-        _PERSISTERS[kind] = fn
-        return fn
+@dataclass(frozen=True)
+class JobSpec(Generic[RequestT, ResultT]):
+    kind: JobKind
+    queue: QueueName  # the default; a probe may name any queue
+    task_name: str  # Celery's name for the task: queued messages carry it, so never rename one
+    request_model: type[RequestT]
+    result_model: type[ResultT]
+    handler: str  # "module:function", a Handler[RequestT, ResultT]
+    store: str | None = None  # "module:function", a Store[RequestT, ResultT]; None: the job's row is its only record
 
-    return decorate
+    def run(self, request: RequestT, context: JobContext) -> ResultT:
+        handler: Handler[RequestT, ResultT] = _resolve(self.handler)
+        result = handler(request, context)
+        if not isinstance(result, self.result_model):  # a programming error: the job fails and says so
+            raise TypeError(f"{self.handler} returned {type(result).__name__}, not {self.result_model.__name__}")
+        return result
+
+    def store_result(self, session: Session, job: Job, request: RequestT, result: ResultT) -> None:
+        if self.store is not None:
+            store: Store[RequestT, ResultT] = _resolve(self.store)
+            store(session, job, request, result)
 
 
-def persist_result(session: Any, job: Any, result: dict[str, Any]) -> None:
-    persister = _PERSISTERS.get(job.kind)
-    if persister is not None:
-        persister(session, job, result)
+def _resolve(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+PROBE_JOB = JobSpec(
+    kind=JobKind.PROBE,
+    queue=QueueName.COMPILE,
+    task_name="jobs.probe",
+    request_model=ProbeRequest,
+    result_model=ProbeResult,
+    handler="cuda_agent.jobs.probe:run_probe",
+)
+COMPILE_JOB = JobSpec(
+    kind=JobKind.COMPILE,
+    queue=QueueName.COMPILE,
+    task_name="compile.build",
+    request_model=CompileRequest,
+    result_model=CompileResult,
+    handler="cuda_agent.compile.jobs:compile_job",
+    store="cuda_agent.compile.jobs:store_compile_result",
+)
+EVALUATE_JOB = JobSpec(
+    kind=JobKind.EVALUATE,
+    queue=QueueName.EVAL,
+    task_name="eval.evaluate",
+    request_model=EvalRequest,
+    result_model=EvalResult,
+    handler="cuda_agent.eval.jobs:evaluate_job",
+    store="cuda_agent.eval.jobs:store_eval_result",
+)
+PROFILE_JOB = JobSpec(
+    kind=JobKind.PROFILE,
+    queue=QueueName.PROFILE,
+    task_name="eval.profile",
+    request_model=ProfileRequest,
+    result_model=ProfileResult,
+    handler="cuda_agent.eval.jobs:profile_job",
+)
+# The rollout stores its trajectory and turns itself, as it ends: they are its result, the job's row points at them.
+OPTIMIZE_JOB = JobSpec(
+    kind=JobKind.OPTIMIZE,
+    queue=QueueName.ROLLOUT,
+    task_name="agent.optimize",
+    request_model=RolloutRequest,
+    result_model=OptimizeResult,
+    handler="cuda_agent.agent.jobs:optimize_job",
+)
+# A synthesis stores its dataset itself, as it ends (idempotently by name): the result names it.
+SYNTHESIZE_DATASET_JOB = JobSpec(
+    kind=JobKind.SYNTHESIZE_DATASET,
+    queue=QueueName.DATASET,
+    task_name="dataset.synthesize",
+    request_model=SynthesizeRequest,
+    result_model=SynthesizeResult,
+    handler="cuda_agent.dataset.jobs:synthesize_dataset_job",
+)
+# On the eval queue because its GPU measurements must not share a GPU with an evaluation's timings.
+MEASURE_PROBLEM_JOB = JobSpec(
+    kind=JobKind.MEASURE_PROBLEM,
+    queue=QueueName.EVAL,
+    task_name="dataset.measure_problem",
+    request_model=MeasureRequest,
+    result_model=MeasureResult,
+    handler="cuda_agent.dataset.jobs:measure_problem_job",
+)
+
+JOB_SPECS: dict[JobKind, JobSpec[Any, Any]] = {
+    spec.kind: spec
+    for spec in (
+        PROBE_JOB,
+        COMPILE_JOB,
+        EVALUATE_JOB,
+        PROFILE_JOB,
+        OPTIMIZE_JOB,
+        SYNTHESIZE_DATASET_JOB,
+        MEASURE_PROBLEM_JOB,
+    )
+}

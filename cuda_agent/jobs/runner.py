@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kombu.exceptions import OperationalError as BrokerUnreachable
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
@@ -37,15 +37,14 @@ from sqlalchemy.orm import Session
 from cuda_agent.contracts.common import JobKind, JobStatus, QueueName
 from cuda_agent.db import session_scope
 from cuda_agent.db.models import Job
-from cuda_agent.jobs.registry import JOB_SPECS, JobContext, persist_result
+from cuda_agent.jobs.registry import JOB_SPECS, JobContext, JobSpec, RequestT, ResultT
 from cuda_agent.logging import get_logger
 from cuda_agent.settings import get_settings
 
 log = get_logger(__name__)
 T = TypeVar("T")
 
-FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
+ACTIVE = tuple(status for status in JobStatus if not status.terminal)
 # A job whose worker died this many times is poison (it kills whoever runs it): fail it instead of looping.
 MAX_ATTEMPTS = 3
 # A lost database connection (Postgres restarted, backend terminated): the pool replaces it, and the runner's own
@@ -103,8 +102,13 @@ def create_job(
     With an idempotency key this tenant already used for this kind, the first job is returned and created is False.
     With ``limit``, TenantLimitExceeded when the tenant already has that many jobs of ``kind`` queued or running;
     the count and the insert are one atomic step, so concurrent submissions cannot overshoot the limit.
+
+    ``request`` is the kind's request model (routes hand over the body FastAPI parsed), or its JSON form from code.
+    The runner validates it once, when an attempt loads it: a document that does not fit fails its job.
     """
     spec = JOB_SPECS[kind]
+    if isinstance(request, BaseModel) and not isinstance(request, spec.request_model):
+        raise TypeError(f"a {kind.value} job takes a {spec.request_model.__name__}, not a {type(request).__name__}")
     document = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
     digest = idempotency_digest(tenant, kind, idempotency_key) if idempotency_key is not None else None
     try:
@@ -231,6 +235,15 @@ class _Claim:
     tenant: str | None
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """A handler's typed result, with what the kind's store needs to write its result row."""
+
+    spec: JobSpec[Any, Any]
+    request: BaseModel
+    result: BaseModel
+
+
 def new_lease_owner() -> str:
     """An attempt's identity: the host and process that run it, and a token unique to this attempt."""
     return f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
@@ -257,6 +270,16 @@ def run_job(job_id: str) -> None:
     if claim is None:
         return
     log.info("job started", extra={"job_id": job_id, "kind": claim.kind.value, "attempt": claim.attempt})
+    spec = JOB_SPECS[claim.kind]
+    # The one validation of the request on its way to the handler (and the kind's store): what was stored is JSON,
+    # either a model's dump or a document from code that nothing has checked yet.
+    try:
+        request = spec.request_model.model_validate(claim.request)
+    except ValidationError as exc:
+        invalid = f"invalid {spec.request_model.__name__}: {_validation_summary(exc)}"[:2000]
+        _with_db_retries("store outcome", lambda: _complete(job_id, owner, None, invalid))
+        log.info("job failed: invalid request", extra={"job_id": job_id, "error": invalid})
+        return
     with _Heartbeat(job_id, owner, settings.job_heartbeat_s, settings.job_lease_s) as heartbeat:
         context = JobContext(
             job_id=job_id,
@@ -266,10 +289,10 @@ def run_job(job_id: str) -> None:
             # A superseded attempt stops as if cancelled: its outcome would be discarded anyway.
             is_cancelled=lambda: heartbeat.lost.is_set() or _cancel_requested(job_id),
         )
-        result: dict[str, Any] | None = None
+        outcome: _Outcome | None = None
         error: str | None = None
         try:
-            result = JOB_SPECS[claim.kind].handler()(claim.request, context)
+            outcome = _Outcome(spec, request, spec.run(request, context))
         except TRANSIENT_DB_ERRORS:
             # An infrastructure fault is not the job's failure: give the job up so another attempt runs it (the
             # sweeper re-dispatches an expired lease; MAX_ATTEMPTS bounds the retries).
@@ -280,8 +303,13 @@ def run_job(job_id: str) -> None:
             log.exception("job failed", extra={"job_id": job_id})
             error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
         # Still inside the heartbeat: the lease is held until the outcome is stored.
-        stored = _with_db_retries("store outcome", lambda: _complete(job_id, owner, result, error))
+        stored = _with_db_retries("store outcome", lambda: _complete(job_id, owner, outcome, error))
     log.info("job finished" if stored else "outcome of a superseded attempt discarded", extra={"job_id": job_id})
+
+
+def _validation_summary(exc: ValidationError) -> str:
+    """The errors on one line: a job's error is shown as one line."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors())
 
 
 def _claim(job_id: str, owner: str, lease_s: float) -> _Claim | None:
@@ -290,7 +318,7 @@ def _claim(job_id: str, owner: str, lease_s: float) -> _Claim | None:
         job = session.get(Job, job_id, with_for_update=True)
         if job is None:
             raise JobNotFound(job_id)
-        if job.status in FINISHED:
+        if job.status.terminal:
             log.info("delivery of a finished job ignored", extra={"job_id": job_id, "status": job.status.value})
             return None
         now = now_utc()
@@ -318,20 +346,23 @@ def _claim(job_id: str, owner: str, lease_s: float) -> _Claim | None:
         return _Claim(job.kind, dict(job.request), job.attempts, job.tenant)
 
 
-def _complete(job_id: str, owner: str, result: dict[str, Any] | None, error: str | None) -> bool:
+def _complete(job_id: str, owner: str, outcome: _Outcome | None, error: str | None) -> bool:
     """Store the attempt's outcome if it still holds the lease; False when another attempt superseded it."""
     with session_scope() as session:
         job = session.get(Job, job_id, with_for_update=True)
         if job is None or job.lease_owner != owner:
             return False
-        if job.status in FINISHED:  # this commit went through but its reply was lost; the retry finds it
+        if job.status.terminal:  # this commit went through but its reply was lost; the retry finds it
             return True
-        if error is not None or result is None:
+        if error is not None or outcome is None:
             finish(job, JobStatus.FAILED, error=error or "the handler returned no result")
             return True
-        job.result = result
-        persist_result(session, job, result)
-        finish(job, JobStatus.CANCELLED if job.cancel_requested and result.get("cancelled") else JobStatus.SUCCEEDED)
+        job.result = outcome.result.model_dump(mode="json")
+        outcome.spec.store_result(session, job, outcome.request, outcome.result)
+        # Kinds that stop early when asked (probe, optimize) say so in their result's `cancelled`; their partial
+        # result is kept.
+        stopped = job.cancel_requested and getattr(outcome.result, "cancelled", False)
+        finish(job, JobStatus.CANCELLED if stopped else JobStatus.SUCCEEDED)
         return True
 
 
@@ -447,7 +478,7 @@ def cancel_job(job_id: str, tenant: str | None = None) -> Job:
         job = session.get(Job, job_id, with_for_update=True)
         if job is None or (tenant is not None and job.tenant != tenant):
             raise JobNotFound(job_id)
-        if job.status not in FINISHED:
+        if not job.status.terminal:
             job.cancel_requested = True
             if job.status is JobStatus.QUEUED:
                 finish(job, JobStatus.CANCELLED, error="cancelled before it started")
@@ -455,14 +486,15 @@ def cancel_job(job_id: str, tenant: str | None = None) -> Job:
 
 
 def run_to_result(
-    kind: JobKind, request: BaseModel, timeout_s: float = 3600.0, tenant: str | None = None
-) -> dict[str, Any]:
-    """Submit a job for ``tenant``, wait for it, and return its result document; JobFailed names why there is none.
-    The tenant matters beyond accounting: artifacts are scoped to the tenants whose compile jobs built them."""
-    job = wait_for_job(submit_job(kind, request, tenant=tenant).id, timeout_s=timeout_s)
-    if job.status is not JobStatus.SUCCEEDED or job.result is None:
-        raise JobFailed(f"{kind.value} job {job.id} {job.status.value}: {job.error or 'no result'}")
-    return job.result
+    job: JobSpec[RequestT, ResultT], request: RequestT, timeout_s: float = 3600.0, tenant: str | None = None
+) -> ResultT:
+    """Submit a job of a kind (its registry entry, e.g. COMPILE_JOB) for ``tenant``, wait for it, and return its
+    result; JobFailed names why there is none. The tenant matters beyond accounting: artifacts are scoped to the
+    tenants whose compile jobs built them."""
+    done = wait_for_job(submit_job(job.kind, request, tenant=tenant).id, timeout_s=timeout_s)
+    if done.status is not JobStatus.SUCCEEDED or done.result is None:
+        raise JobFailed(f"{job.kind.value} job {done.id} {done.status.value}: {done.error or 'no result'}")
+    return job.result_model.model_validate(done.result)
 
 
 def wait_for_job(job_id: str, timeout_s: float = 600.0, poll_s: float = 0.2) -> Job:
@@ -470,7 +502,7 @@ def wait_for_job(job_id: str, timeout_s: float = 600.0, poll_s: float = 0.2) -> 
     deadline = time.monotonic() + timeout_s
     while True:
         job = get_job(job_id)
-        if job.status in FINISHED:
+        if job.status.terminal:
             return job
         if time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} still {job.status.value} after {timeout_s:.0f} s")

@@ -5,6 +5,9 @@ object whose attributes are the library's exported ``extern "C"`` launchers, des
 Calling one checks and converts the arguments (tensors -> data pointers, Python numbers -> C scalars) and, for
 a launcher whose last parameter is ``cudaStream_t``, appends torch's current CUDA stream. Binding is ctypes
 only: no torch headers and no compilation at load time. Candidates cannot edit this module.
+
+The library may need vendor libraries the candidate declared (``cuda_agent.compile.libraries``, e.g. cuBLAS): the
+loader takes the copy torch has already loaded under the same soname, else the one its RUNPATH names.
 """
 
 from __future__ import annotations

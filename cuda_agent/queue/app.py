@@ -22,13 +22,9 @@ from cuda_agent.settings import Settings, get_settings
 
 log = get_logger(__name__)
 
-# The task modules of the five services: a worker imports them all and consumes the queues it is told to.
-SERVICE_TASK_MODULES = [
-    "cuda_agent.queue.tasks",
-    "services.compile_svc.tasks",
-    "services.eval_svc.tasks",
-    "services.agent_svc.tasks",
-]
+# One task per job kind, generated from the job registry; every worker declares them all and consumes the queues it
+# is told to.
+TASK_MODULES = ["cuda_agent.queue.tasks"]
 
 # Queues whose work holds a GPU: their workers run one task at a time (one worker per GPU).
 GPU_QUEUES = frozenset({QueueName.EVAL, QueueName.PROFILE, QueueName.TRAIN})
@@ -36,7 +32,7 @@ GPU_QUEUES = frozenset({QueueName.EVAL, QueueName.PROFILE, QueueName.TRAIN})
 
 def make_celery(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("cuda_agent", broker=settings.redis_url or "memory://", include=SERVICE_TASK_MODULES)
+    app = Celery("cuda_agent", broker=settings.redis_url or "memory://", include=TASK_MODULES)
     app.conf.update(
         task_queues=[Queue(q.value) for q in QueueName],
         task_default_queue=QueueName.COMPILE.value,

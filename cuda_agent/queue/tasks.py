@@ -1,4 +1,5 @@
-"""Celery task declarations: each job kind becomes one task that runs ``run_job`` for a job id."""
+"""The Celery tasks, one per job kind of the registry (cuda_agent.jobs.registry), each running ``run_job`` for a
+job id. A task's name is its registry entry's ``task_name``: messages already queued name their task that way."""
 
 from __future__ import annotations
 
@@ -21,5 +22,4 @@ def job_task(kind: JobKind) -> Task:
     return celery_app.task(name=spec.task_name)(execute)
 
 
-# Probes may be sent through any queue, so their task belongs to no single service.
-probe = job_task(JobKind.PROBE)
+TASKS: dict[JobKind, Task] = {kind: job_task(kind) for kind in JOB_SPECS}

@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 from cuda_agent.sandbox.cgroup import RunCgroup, cgroup_controllers
 from cuda_agent.sandbox.seccomp import filter_program
 from cuda_agent.sandbox.watchdog import Quota, Watchdog, descendants
+from cuda_agent.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,6 @@ class SandboxResult(BaseModel):
         return self.sandbox_error is None and not self.timed_out and self.limit_exceeded is None and self.exit_code == 0
 
 
-def _cuda_home() -> Path:
-    return Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda")
-
-
 def package_parent() -> Path:
     """Directory that must be on PYTHONPATH for ``import cuda_agent`` inside the sandbox."""
     import cuda_agent
@@ -152,7 +149,7 @@ def _system_paths() -> tuple[Path, ...]:
 
     paths = [Path(p) for p in _SYSTEM_DIRS] + [Path("/etc") / name for name in _ETC_ESSENTIALS]
     paths += _python_paths() + list(_import_roots())
-    paths += [_cuda_home(), Path(cuda_agent.__file__).resolve().parent]
+    paths += [get_settings().cuda_home, Path(cuda_agent.__file__).resolve().parent]
     return tuple(p for p in paths if os.path.lexists(p))
 
 
@@ -178,7 +175,8 @@ def _bind_args(paths: list[Path], flag: str, bound: list[str], mounted: tuple[st
 
 
 def _default_env() -> dict[str, str]:
-    path = [str(Path(sys.executable).parent), str(_cuda_home() / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]
+    cuda_bin = get_settings().cuda_home / "bin"
+    path = [str(Path(sys.executable).parent), str(cuda_bin), "/usr/local/bin", "/usr/bin", "/bin"]
     return {
         "PATH": ":".join(path),
         "HOME": "/tmp",

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE
+
 # Above the quotas the stack configures (Stack.child_env), so an attack that gets all of it found no quota.
 MEMORY_HOG_BYTES = 6 * 1024**3
 DISK_FILL_BYTES = 1536 * 1024**2  # written in 64 MiB files: under any per-file limit
@@ -437,7 +439,7 @@ ATTACKS: tuple[Attack, ...] = (
         "agent_compile_symlink",
         "ship a host file as kernel source through compile",
         _bash("mkdir -p kernels && ln -s $canary kernels/k.cpp && ln -s $canary kernels/k.h"),
-        ("write_file", {"path": "model_new.py", "content": "import torch\n"}),
+        ("write_file", {"path": MODEL_NEW_FILE, "content": "import torch\n"}),
         ("compile", {}),
     ),
     _agent(

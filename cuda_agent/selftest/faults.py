@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE
 from cuda_agent.contracts.common import Device, QueueName
 from cuda_agent.selftest.problems import evaluation_request, fresh_candidate, slow_candidate
 from cuda_agent.selftest.report import PartReport
@@ -223,7 +224,7 @@ def illegal_access_contained(stack: Stack, report: PartReport) -> None:
 
     candidate = {
         "form": "project",
-        "files": {"model_new.py": PROJECT_MODEL_NEW, "kernels/oob.cu": ILLEGAL_ACCESS_KERNEL},
+        "files": {MODEL_NEW_FILE: PROJECT_MODEL_NEW, "kernels/oob.cu": ILLEGAL_ACCESS_KERNEL},
     }
     response = stack.post("compile", "/v1/compile", {"candidate": candidate, "device": "cuda"}, params={"wait_s": 120})
     built = stack.wait_job("compile", response.json()["id"], timeout_s=300)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE
 from cuda_agent.selftest.problems import TRANSPOSE_CANDIDATE, TRANSPOSE_PROBLEM, eval_request_options
 from cuda_agent.selftest.report import PartReport
 from cuda_agent.selftest.stack import Stack
@@ -138,7 +139,7 @@ HACKS: tuple[Hack, ...] = (
 def _request(stack: Stack, candidate: str, problem: str) -> dict[str, object]:
     return {
         "problem_source": problem,
-        "candidate": {"form": "kernelbench", "files": {"model_new.py": candidate}},
+        "candidate": {"form": "kernelbench", "files": {MODEL_NEW_FILE: candidate}},
         **eval_request_options(stack.device),
     }
 

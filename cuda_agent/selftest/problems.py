@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE
 from cuda_agent.contracts.common import Device
 
 TRANSPOSE_PROBLEM = """
@@ -73,7 +74,7 @@ def eval_request_options(device: Device) -> dict[str, Any]:
 def fresh_candidate() -> dict[str, Any]:
     """The correct candidate made unique by a comment: a new build and a new verdict, never a cache hit."""
     source = f"# selftest {uuid.uuid4().hex}\n{TRANSPOSE_CANDIDATE}"
-    return {"form": "kernelbench", "files": {"model_new.py": source}}
+    return {"form": "kernelbench", "files": {MODEL_NEW_FILE: source}}
 
 
 def evaluation_request(device: Device, candidate: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -89,4 +90,4 @@ def slow_candidate(seconds: float) -> dict[str, Any]:
     """A fresh correct candidate whose import sleeps ``seconds``: in its build and in its evaluation, so that a
     fault can be injected while either job runs."""
     source = f"# selftest {uuid.uuid4().hex}\nimport time\n\ntime.sleep({seconds})\n{TRANSPOSE_CANDIDATE}"
-    return {"form": "kernelbench", "files": {"model_new.py": source}}
+    return {"form": "kernelbench", "files": {MODEL_NEW_FILE: source}}

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE
 from cuda_agent.contracts.common import QueueName
 from cuda_agent.selftest import attacks as catalogue
 from cuda_agent.selftest.attacks import ATTACKS, Attack
@@ -111,10 +112,10 @@ def run_build(attack: Attack, stack: Stack, deadline: float) -> Evidence:
         files = {
             name: string.Template(text).safe_substitute(canary=str(stack.canary)) for name, text in attack.files.items()
         }
-        candidate: dict[str, Any] = {"form": "project", "files": {"model_new.py": catalogue.PROJECT_MODEL_NEW, **files}}
+        candidate: dict[str, Any] = {"form": "project", "files": {MODEL_NEW_FILE: catalogue.PROJECT_MODEL_NEW, **files}}
     else:
         source = render(attack, stack, catalogue.KERNELBENCH_BUILD, 8)
-        candidate = {"form": "kernelbench", "files": {"model_new.py": source}}
+        candidate = {"form": "kernelbench", "files": {MODEL_NEW_FILE: source}}
     body = {"candidate": candidate, "device": stack.device.value, "timeout_s": 120}
     built = _submit_and_wait(stack, "compile", "/v1/compile", body, deadline)
     evidence.add_job("compile", built)
@@ -135,7 +136,7 @@ def run_child(attack: Attack, stack: Stack, deadline: float) -> Evidence:
     source = render(attack, stack, catalogue.KERNELBENCH_RUN, 8)
     request = {
         "problem_source": TRANSPOSE_PROBLEM,
-        "candidate": {"form": "kernelbench", "files": {"model_new.py": source}},
+        "candidate": {"form": "kernelbench", "files": {MODEL_NEW_FILE: source}},
         **eval_request_options(stack.device),
     }
     evidence.add_job("evaluate", _submit_and_wait(stack, "eval", "/v1/evaluate", request, deadline))

@@ -211,6 +211,8 @@ class Stack:
     def child_env(self) -> dict[str, str]:
         """The environment of every service and worker: this stack's database and broker, nothing of the caller's
         cuda-agent configuration, and the operator secret attacks try to steal."""
+        from cuda_agent.settings import get_settings
+
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_AGENT_")}
         env.update(
             DATABASE_URL=self.db_url,
@@ -231,7 +233,7 @@ class Stack:
             CUDA_AGENT_EVAL_DISK_BYTES=str(QUOTA_DISK_BYTES),
             CUDA_AGENT_COMPILE_MEMORY_QUOTA_BYTES=str(QUOTA_MEMORY_BYTES),
             CUDA_AGENT_EVAL_MEMORY_QUOTA_BYTES=str(QUOTA_MEMORY_BYTES),
-            CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+            CUDA_HOME=str(get_settings().cuda_home),  # as resolved here, CUDA_AGENT_CUDA_HOME included
             PYTHONUNBUFFERED="1",
         )
         return env

@@ -7,6 +7,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.responses import JSONResponse
 
 from cuda_agent.agent.jobs import load_trajectory
+from cuda_agent.agent.policies import names_an_endpoint
 from cuda_agent.agent.policies.openai_policy import resolve_endpoint
 from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
@@ -24,7 +25,7 @@ def optimize(
     body: RolloutRequest, tenant: TenantDep, settings: SettingsDep, idempotency_key: IdempotencyKeyDep = None
 ) -> JSONResponse:
     """Start an agent rollout on a problem; poll GET /v1/jobs/{id} or stream /v1/jobs/{id}/events."""
-    if body.policy == "openai":  # refused now, not after the job waited in the queue
+    if names_an_endpoint(body.policy):  # refused now, not after the job waited in the queue
         try:
             resolve_endpoint(body.policy_options.get("endpoint", "default"), body.policy_options.get("model"))
         except ConfigError as exc:

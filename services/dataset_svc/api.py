@@ -1,7 +1,71 @@
-"""dataset_svc HTTP adapter."""
+"""dataset_svc HTTP adapter: synthesis jobs and reads of the stored datasets.
+
+Datasets are not owned by a tenant: the `datasets` table has no owner column, and a dataset is a shared
+catalogue of problems (like the `problems` table its items point at). Any authenticated tenant lists and reads
+every dataset; the synthesis job that made one is the submitting tenant's, as every job is.
+"""
 
 from __future__ import annotations
 
-from cuda_agent.api import create_app
+from typing import Annotated
 
-app = create_app("dataset", [])
+from fastapi import APIRouter, HTTPException, Query, status
+from starlette.responses import JSONResponse
+
+from cuda_agent.api import create_app
+from cuda_agent.api.auth import TenantDep
+from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, SettingsDep
+from cuda_agent.api.submit import submit_and_respond
+from cuda_agent.contracts.common import JobKind
+from cuda_agent.contracts.dataset import DatasetDetail, DatasetProblemsPage, DatasetSummary, SynthesizeRequest
+from cuda_agent.dataset.store import dataset_detail, dataset_problems, list_datasets
+
+router = APIRouter(tags=["dataset"])
+
+MAX_PAGE = 500  # problems carry their code (up to a few KB each)
+OffsetQuery = Annotated[int, Query(ge=0, le=10_000_000)]
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+
+
+@router.post("/datasets", status_code=status.HTTP_202_ACCEPTED)
+def synthesize(
+    body: SynthesizeRequest, tenant: TenantDep, settings: SettingsDep, idempotency_key: IdempotencyKeyDep = None
+) -> JSONResponse:
+    """Synthesize N problems into a dataset; poll GET /v1/jobs/{id} for progress (kept/requested) and its id."""
+    return submit_and_respond(
+        JobKind.SYNTHESIZE_DATASET,
+        body,
+        wait_s=0,
+        idempotency_key=idempotency_key,
+        tenant=tenant,
+        limit=settings.max_concurrent_jobs,
+    )
+
+
+@router.get("/datasets")
+def read_datasets(_tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 100) -> list[DatasetSummary]:
+    """Datasets, oldest first, with their problem counts and statistics."""
+    return list_datasets(offset, limit)
+
+
+@router.get("/datasets/{dataset_id}")
+def read_dataset(dataset_id: ObjectId, _tenant: TenantDep) -> DatasetDetail:
+    """A dataset's statistics: removals by stage and reason, the op-count distribution next to the paper's."""
+    detail = dataset_detail(dataset_id)
+    if detail is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"dataset {dataset_id} not found")
+    return detail
+
+
+@router.get("/datasets/{dataset_id}/problems")
+def read_dataset_problems(
+    dataset_id: ObjectId, _tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 100
+) -> DatasetProblemsPage:
+    """One page of a dataset's problems (code, ops, data source, the filters they passed)."""
+    page = dataset_problems(dataset_id, offset, limit)
+    if page is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"dataset {dataset_id} not found")
+    return page
+
+
+app = create_app("dataset", [router])

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.agent import KernelEnv, tools
-from cuda_agent.agent.tools import eval_request
+from cuda_agent.agent import KernelEnv
 from cuda_agent.contracts.agent import ToolCall
 from cuda_agent.contracts.candidate import CandidateForm
+from cuda_agent.contracts.common import CompileStatus, EvalStatus
+from cuda_agent.contracts.compile import CompileRequest, CompileResult
+from cuda_agent.contracts.eval import EvalRequest, EvalResult
 from cuda_agent.settings import get_settings
+from cuda_agent.verify import LocalBackend
 from tests.agent.agent_fixtures import PROBLEM, make_env
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -80,8 +83,20 @@ def test_cannot_write_outside_workspace(env: KernelEnv, tmp_path: Path) -> None:
 def test_reference_problem_is_our_copy(env: KernelEnv) -> None:
     bash(env, "echo 'class Model: pass' > model.py && echo 'class ModelNew: pass' > model_new.py")
     assert env.workspace.read_text("model.py") == "class Model: pass\n"
-    request = eval_request(env, env.workspace.candidate(env.config.form), None)
-    assert request.problem_source == PROBLEM
+    requests: list[EvalRequest] = []
+
+    class Recording(LocalBackend):  # records what verify submits instead of building and judging it
+        def compile(self, request: CompileRequest) -> CompileResult:
+            return CompileResult(status=CompileStatus.OK, cache_key="k")
+
+        def evaluate(self, request: EvalRequest) -> EvalResult:
+            requests.append(request)
+            return EvalResult(status=EvalStatus.INCORRECT, correct=False, reward=-1.0)
+
+    env.backend = Recording()
+    ok, text = tool(env, "verify")
+    assert ok and "verify: incorrect" in text, text
+    assert [r.problem_source for r in requests] == [PROBLEM]
 
 
 def test_time_limit_and_truncation() -> None:
@@ -126,7 +141,7 @@ def test_links_planted_by_bash_are_never_followed(env: KernelEnv, tmp_path: Path
         ok, text = tool(env, name, **args)
         assert ok and "HOST-SECRET" not in text and "k.cu" not in text and "shadow" not in text, text
     ok, text = tool(env, "compile")
-    assert not ok and "model_new.py does not exist yet (or is not a regular file)" in text
+    assert not ok and "model_new.py does not exist (or is not a regular file)" in text
     bash(env, "rm model_new.py && echo 'class ModelNew: pass' > model_new.py")
     assert set(env.workspace.candidate(CandidateForm.PROJECT).files) == {"model_new.py"}
 
@@ -145,7 +160,9 @@ def test_fifos_and_huge_files_left_by_bash_never_hang_or_flood(env: KernelEnv) -
 
 
 def test_filling_the_disk_from_bash_is_stopped(env: KernelEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tools, "BASH_DISK_BYTES", 64 * 1024**2)  # the quota's size, not its mechanism, is scaled
+    # The quota's size, not its mechanism, is scaled down.
+    monkeypatch.setenv("CUDA_AGENT_AGENT_BASH_DISK_BYTES", str(64 * 1024**2))
+    get_settings.cache_clear()
     fill = "for i in range(3000):\n    open(f'f{i}', 'wb').write(bytes(1 << 20))\nprint('finished')"
     out = bash(env, f'python3 -c "{fill}"')
     assert "disk quota (64 MiB)" in out and "finished" not in out

@@ -136,7 +136,7 @@ def test_bad_calls_become_error_text(env: KernelEnv) -> None:
     ok, text = call(env, "read_file", path="a.txt", bogus=1)
     assert not ok and "unknown argument(s): bogus" in text
     ok, text = call(env, "verify")
-    assert not ok and "model_new.py does not exist yet" in text
+    assert not ok and "model_new.py does not exist" in text
 
 
 def test_tool_exception_is_reported_not_raised(env: KernelEnv) -> None:

@@ -14,9 +14,8 @@ from rich.console import Console
 from cuda_agent.bench.eval_bench import BenchFigures, CaseFigures, VerdictFigures, judge, render
 from cuda_agent.bench.floor import FloorFigures, FloorRequest, run_floor
 from cuda_agent.bench.monitor import ResourceFigures
-from cuda_agent.candidates import read_candidate
 from cuda_agent.compile import CandidateRuntime, compile_candidate, materialize_artifact
-from cuda_agent.contracts.candidate import CandidateSource
+from cuda_agent.contracts.candidate import CandidateSource, read_candidate
 from cuda_agent.contracts.common import CompileStatus, Device, TolerancePreset
 from cuda_agent.contracts.compile import CompileRequest
 

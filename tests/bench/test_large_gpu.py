@@ -9,8 +9,8 @@ import pytest
 
 from cuda_agent.bench.cases import discover_cases, pin_scale
 from cuda_agent.bench.floor import FloorRequest, run_floor
-from cuda_agent.candidates import read_candidate
 from cuda_agent.compile import compile_candidate, materialize_artifact
+from cuda_agent.contracts.candidate import read_candidate
 from cuda_agent.contracts.common import CompileStatus, Device
 from cuda_agent.contracts.compile import CompileRequest
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.candidates import read_candidate
 from cuda_agent.compile import has_artifact, unpack_artifact
+from cuda_agent.contracts.candidate import read_candidate
 from cuda_agent.contracts.common import Device, EvalStatus
 from cuda_agent.contracts.eval import EvalRequest
 from cuda_agent.eval import evaluate

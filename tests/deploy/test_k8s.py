@@ -94,6 +94,14 @@ def test_kustomization_lists_every_manifest() -> None:
     assert not list(K8S_DIR.glob("*.yml")), "use the .yaml extension so the tests find every manifest"
 
 
+def _scaled_object(objects: Objects, deployment: str) -> dict[str, Any]:
+    scaled = [
+        d for (k, _), d in objects.items() if k == "ScaledObject" and d["spec"]["scaleTargetRef"]["name"] == deployment
+    ]
+    assert len(scaled) == 1, f"{deployment} needs exactly one ScaledObject"
+    return scaled[0]
+
+
 @pytest.mark.parametrize("queue", list(QueueName))
 def test_every_queue_has_a_worker_scaled_on_its_redis_list(k8s_objects: Objects, queue: QueueName) -> None:
     workers = _worker_deployments(k8s_objects)
@@ -102,11 +110,7 @@ def test_every_queue_has_a_worker_scaled_on_its_redis_list(k8s_objects: Objects,
     name = deployment["metadata"]["name"]
     assert "replicas" not in deployment["spec"], f"{name}: KEDA owns the replica count"
 
-    scaled = [
-        d for (k, _), d in k8s_objects.items() if k == "ScaledObject" and d["spec"]["scaleTargetRef"]["name"] == name
-    ]
-    assert len(scaled) == 1, f"{name} needs exactly one ScaledObject"
-    (trigger,) = scaled[0]["spec"]["triggers"]
+    (trigger,) = _scaled_object(k8s_objects, name)["spec"]["triggers"]
     assert trigger["type"] == "redis"
     assert trigger["metadata"]["listName"] == queue.value
     # KEDA's operator resolves the address from its own namespace: it must be the Redis Service's full name.
@@ -130,6 +134,21 @@ def test_gpu_workers_hold_one_gpu_on_gpu_nodes(k8s_objects: Objects, queue: Queu
     else:
         assert "nvidia.com/gpu" not in limits
         assert "tolerations" not in pod
+
+
+# Queues whose worker keeps a warm pod: a caller waits for the result (POST /v1/compile, up to 30 s). Every other
+# worker, and every GPU one, scales to zero, so an idle queue holds no node (a GPU node each for GPU queues).
+WARM_QUEUES = frozenset({QueueName.COMPILE})
+
+
+@pytest.mark.parametrize("queue", list(QueueName))
+def test_idle_workers_hold_no_pods(k8s_objects: Objects, queue: QueueName) -> None:
+    assert not WARM_QUEUES & GPU_QUEUES
+    scaled = _scaled_object(k8s_objects, _worker_deployments(k8s_objects)[queue.value]["metadata"]["name"])
+    assert scaled["spec"]["minReplicaCount"] == (1 if queue in WARM_QUEUES else 0)
+    # From zero, KEDA starts a pod once the list is longer than this: one waiting task must be enough.
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["metadata"].get("activationListLength", "0") == "0"
 
 
 @pytest.mark.parametrize("api", API_SERVICES)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import PROBLEM_FILE, CandidateForm, CandidateSource
 from cuda_agent.contracts.common import Device
 from cuda_agent.contracts.eval import EvalRequest
-from cuda_agent.eval.child.protocol import PROBLEM_FILE, Ready
+from cuda_agent.eval.child.protocol import Ready
 from cuda_agent.eval.children import ChildKey, ChildSlot, WarmChildren, start_warm
 from cuda_agent.eval.evaluate import Evaluation, Session
 from cuda_agent.sandbox import SandboxProcess

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.compile import compile_candidate
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import HEADER_SUFFIXES, MODEL_NEW_FILE, CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus, EvalStatus
 from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.contracts.eval import EvalRequest, EvalResult
@@ -72,3 +72,46 @@ def test_project_candidate_without_artifact_is_not_blamed() -> None:
     result = evaluate(EvalRequest(problem_source=RELU_ADD, candidate=source, device="cpu"))
     assert result.status is EvalStatus.SANDBOX_ERROR and result.reward is None
     assert "compile it first" in result.message
+
+
+# One header per allowed suffix, all included from the one .cpp unit (device cpu), one of them from a subfolder.
+EVERY_HEADER = {
+    ".h": "inline float relu(float v) { return v > 0.0f ? v : 0.0f; }\n",
+    ".cuh": "inline long long column(long long i, long long cols) { return i % cols; }\n",
+    ".hpp": "inline float add(float a, float b) { return a + b; }\n",
+    ".inl": "inline void relu_add_row(const float* x, const float* bias, float* out, long long i, long long cols) {\n"
+    "    out[i] = add(relu(x[i]), bias[column(i, cols)]);\n}\n",
+}
+EVERY_HEADER_UNIT = """#include "parts/relu.h"
+#include "parts/column.cuh"
+#include "parts/add.hpp"
+#include "parts/row.inl"
+extern "C" void relu_add(const float* x, const float* bias, float* out, long long n, long long cols) {
+    for (long long i = 0; i < n; ++i) relu_add_row(x, bias, out, i, cols);
+}
+"""
+
+
+def test_headers_of_every_allowed_suffix_compile_and_verify() -> None:
+    """The build and the evaluation read one contract: a header the build accepts is never a -1 in evaluation."""
+    assert set(EVERY_HEADER) == set(HEADER_SUFFIXES)  # a suffix added to the contract must be added here
+    names = {".h": "relu", ".cuh": "column", ".hpp": "add", ".inl": "row"}
+    files = {
+        MODEL_NEW_FILE: project_files(CPU_CANDIDATE)[MODEL_NEW_FILE],
+        "kernels/relu_add.cpp": EVERY_HEADER_UNIT,
+        **{f"kernels/parts/{names[suffix]}{suffix}": text for suffix, text in EVERY_HEADER.items()},
+    }
+    result = build_and_run(files)
+    assert result.status is EvalStatus.CORRECT, (result.message, result.findings)
+    assert result.reward == 1.0
+
+
+@pytest.mark.parametrize("name", ["kernels/relu_add.cc", "kernels/helper.py", "relu_add.cpp"])
+def test_build_and_evaluation_refuse_a_file_outside_the_contract_alike(name: str) -> None:
+    files = project_files(CPU_CANDIDATE)
+    source = CandidateSource(form=CandidateForm.PROJECT, files={**files, name: files["kernels/relu_add.cpp"]})
+    built = compile_candidate(CompileRequest(candidate=source, device="cpu"))
+    evaluated = evaluate(EvalRequest(problem_source=RELU_ADD, candidate=source, device="cpu"))
+    assert built.status is CompileStatus.COMPILE_ERROR and [d.code for d in built.diagnostics] == ["bad_layout"]
+    assert evaluated.status is EvalStatus.RUNTIME_ERROR and evaluated.reward == -1
+    assert name in built.message and evaluated.message == built.message

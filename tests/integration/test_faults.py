@@ -36,7 +36,7 @@ def running(job) -> bool:
 
 
 def finished(job) -> bool:
-    return job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+    return job.status.terminal
 
 
 def parent_pid(pid: int) -> int:

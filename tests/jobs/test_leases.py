@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -12,9 +13,11 @@ from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
 from cuda_agent.contracts.common import JobKind, JobStatus
+from cuda_agent.contracts.jobs import ProbeRequest, ProbeResult
 from cuda_agent.db import session_scope
 from cuda_agent.db.models import Job
-from cuda_agent.jobs import create_job, get_job, registry, run_job
+from cuda_agent.jobs import JOB_SPECS, JobContext, create_job, get_job, run_job
+from cuda_agent.jobs.registry import PROBE_JOB
 from cuda_agent.jobs.runner import MAX_ATTEMPTS, now_utc
 
 
@@ -27,12 +30,19 @@ def fast_leases(monkeypatch: pytest.MonkeyPatch, embedded_db: None) -> None:
     get_settings.cache_clear()
 
 
+STORED: list[tuple[str, dict[str, Any]]] = []
+
+
+def record_stored(_session: Any, job: Job, _request: ProbeRequest, result: ProbeResult) -> None:
+    STORED.append((job.id, result.model_dump(mode="json")))
+
+
 @pytest.fixture
-def persisted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
-    """Every result the runner persists for a probe job (probes have no result table of their own)."""
-    calls: list[tuple[str, Any]] = []
-    monkeypatch.setitem(registry._PERSISTERS, JobKind.PROBE, lambda _s, job, result: calls.append((job.id, result)))
-    return calls
+def persisted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """Every result the runner stores for a probe job (probes have no result table of their own)."""
+    STORED.clear()
+    monkeypatch.setitem(JOB_SPECS, JobKind.PROBE, replace(PROBE_JOB, store=f"{__name__}:record_stored"))
+    return STORED
 
 
 def held_by_another_attempt(*, lease_live: bool, attempts: int = 1, request: dict[str, Any] | None = None) -> str:
@@ -130,13 +140,14 @@ def test_an_attempt_that_lost_its_lease_stops_early_and_stores_nothing(fast_leas
     assert persisted == []
 
 
+def lose_the_database(_request: ProbeRequest, _context: JobContext) -> ProbeResult:
+    raise OperationalError("SELECT 1", {}, Exception("server closed the connection unexpectedly"))
+
+
 def test_a_database_fault_in_the_handler_gives_the_job_back_instead_of_failing_it(
     fast_leases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def lose_the_database(_request: dict[str, Any], _context: registry.JobContext) -> dict[str, Any]:
-        raise OperationalError("SELECT 1", {}, Exception("server closed the connection unexpectedly"))
-
-    monkeypatch.setitem(registry._HANDLERS, JobKind.PROBE, lose_the_database)
+    monkeypatch.setitem(JOB_SPECS, JobKind.PROBE, replace(PROBE_JOB, handler=f"{__name__}:lose_the_database"))
     job, _ = create_job(JobKind.PROBE, {})
     run_job(job.id)
     after = get_job(job.id)

@@ -57,9 +57,9 @@ def test_a_retry_at_the_limit_gets_its_job_back_not_a_refusal(embedded_db: None)
 
 
 def test_idempotency_key_is_scoped_by_tenant_and_kind(embedded_db: None) -> None:
-    probe = submit_job(JobKind.PROBE, {"echo": 1}, tenant="a", idempotency_key="k")
-    assert submit_job(JobKind.PROBE, {"echo": 2}, tenant="a", idempotency_key="k").id == probe.id
-    other_tenant = submit_job(JobKind.PROBE, {"echo": 3}, tenant="b", idempotency_key="k")
+    probe = submit_job(JobKind.PROBE, {"echo": "1"}, tenant="a", idempotency_key="k")
+    assert submit_job(JobKind.PROBE, {"echo": "2"}, tenant="a", idempotency_key="k").id == probe.id
+    other_tenant = submit_job(JobKind.PROBE, {"echo": "3"}, tenant="b", idempotency_key="k")
     other_kind, _ = create_job(JobKind.COMPILE, {"files": {}}, tenant="a", idempotency_key="k")
     assert len({probe.id, other_tenant.id, other_kind.id}) == 3
     # The stored parts cannot run into each other: tenant "a:b" with key "c" is not tenant "a" with key "b:c".

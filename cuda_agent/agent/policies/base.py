@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from cuda_agent.contracts.agent import AssistantTurn
+from cuda_agent.contracts.agent import POLICY_OPTIONS, AssistantTurn
 
 
 class PolicyError(RuntimeError):
@@ -40,3 +40,9 @@ def create_policy(name: str, **kwargs: Any) -> Policy:
 
 def policy_names() -> list[str]:
     return sorted(_POLICIES)
+
+
+def names_an_endpoint(name: str) -> bool:
+    """Whether the policy talks to a configured LLM endpoint (`openai`, `multi`): its options name one."""
+    options = POLICY_OPTIONS.get(name)
+    return options is not None and "endpoint" in options.model_fields

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler
 
+from cuda_agent.contracts.candidate import MODEL_NEW_FILE
 from cuda_agent.eval import extensions, guards, timing
 from cuda_agent.eval.child import harness
 from cuda_agent.eval.child.channel import Channel
@@ -37,6 +38,7 @@ from cuda_agent.eval.child.protocol import (
 )
 from cuda_agent.eval.child.shared import SharedBuffer
 from cuda_agent.problem import ProblemError, load_candidate
+from cuda_agent.settings import get_settings
 
 _profile = torch.autograd.profiler.profile
 # Composite names the profiler shows for allowed operations.
@@ -106,7 +108,7 @@ class Candidate(harness.ChildRole):
         self.audit.install()
         self.timer = timing.Timer(self.kind == "cuda")
         self.phase_done("setup")
-        with harness.open_file(os.path.join(self.workdir, job.candidate_file)) as f:
+        with harness.open_file(os.path.join(self.workdir, MODEL_NEW_FILE)) as f:
             source = f.read()
         self.guarded(self.load_and_init, source, init_inputs)
         self.launches_before = self.launch_count() if self.launch_count else 0
@@ -115,7 +117,7 @@ class Candidate(harness.ChildRole):
     def load_and_init(self, source: str, init_inputs: list[Any]) -> None:
         with self.audit.running("load"):
             try:
-                model_new = load_candidate(source, name="kb_candidate", filename=self.job.candidate_file)
+                model_new = load_candidate(source, name="kb_candidate", filename=MODEL_NEW_FILE)
             except ProblemError as exc:
                 self.fail("candidate_error", str(exc))
         with self.audit.running("init"):
@@ -143,7 +145,7 @@ class Candidate(harness.ChildRole):
         except Exception as exc:
             self.collect(None)
             status, message = classify(exc)
-            self.fail(status, f"{message}{_candidate_frame(exc, self.job.candidate_file)}")
+            self.fail(status, f"{message}{_candidate_frame(exc, MODEL_NEW_FILE)}")
 
     def collect(self, expected_seed: int | None) -> None:
         for finding in self.snapshot.check(expected_seed) + self.audit.findings + self.guard.findings:
@@ -329,10 +331,10 @@ class Profiled(harness.ChildRole):
 
     def trial(self, command: TrialCommand) -> None:
         inputs = make_inputs(self.problem, command.seed, self.device)
-        with harness.open_file(os.path.join(self.workdir, self.job.candidate_file)) as f:
+        with harness.open_file(os.path.join(self.workdir, MODEL_NEW_FILE)) as f:
             source = f.read()
         try:
-            model_new = load_candidate(source, name="kb_candidate", filename=self.job.candidate_file)
+            model_new = load_candidate(source, name="kb_candidate", filename=MODEL_NEW_FILE)
             harness.manual_seed(harness.INIT_SEED)
             with harness.default_device(self.device):
                 model = model_new(*self.init_inputs)
@@ -366,7 +368,8 @@ def _python_roots() -> list[str]:
 
     roots = {sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     roots |= {os.path.dirname(os.path.dirname(os.path.abspath(guards.__file__)))}
-    roots |= {"/dev/nvidia", "/dev/null", "/dev/urandom", "/proc/self", "/sys", "/usr/lib", "/usr/local/cuda"}
+    roots |= {"/dev/nvidia", "/dev/null", "/dev/urandom", "/proc/self", "/sys", "/usr/lib"}
+    roots.add(str(get_settings().cuda_home))  # the parent passes its CUDA_HOME into the sandbox
     return sorted(roots)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from cuda_agent.contracts.candidate import PROBLEM_FILE
 from cuda_agent.eval.child.protocol import DTYPES, ChildReport, OutputMeta, Role
 from cuda_agent.problem import Problem, ProblemError, call_inputs, load_problem
 
@@ -129,10 +130,10 @@ class ChildRole:
         self.report.peak_host_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
     def load_problem(self, workdir: str) -> tuple[Problem, list[Any]]:
-        with open_file(os.path.join(workdir, "problem.py")) as f:
+        with open_file(os.path.join(workdir, PROBLEM_FILE)) as f:
             source = f.read()
         try:
-            problem = load_problem(source, name="kb_problem", filename="problem.py")
+            problem = load_problem(source, name="kb_problem")
             init_inputs = call_inputs(problem.get_init_inputs, "get_init_inputs")
         except ProblemError as exc:
             self.fail("problem_error", str(exc))

@@ -20,7 +20,6 @@ from cuda_agent.contracts.common import TolerancePreset
 
 Role = Literal["reference", "candidate", "profile"]
 ChildStatus = Literal["ok", "problem_error", "candidate_error", "runtime_error", "illegal_access", "out_of_memory"]
-PROBLEM_FILE = "problem.py"
 DTYPES = (
     "torch.float32",
     "torch.float64",
@@ -72,7 +71,6 @@ class JobCommand(_Message):
     role: Role
     device: Literal["cuda", "cpu"]
     memory_fraction: float = 0.9
-    candidate_file: str = "model_new.py"
     project_form: bool = False
     allow_torch_compute: bool = False
     tolerance: TolerancePreset = TolerancePreset.KERNELBENCH

@@ -1,0 +1,405 @@
+"""Capture: the reference Model, built on the meta device from the problem's own code, traced to an aten graph.
+
+Nothing is allocated: ``get_init_inputs``/``get_inputs`` and ``Model.__init__`` run under ``torch.device("meta")``
+(problems may have multi-GB inputs), then ``make_fx`` traces ``forward`` with the module's parameters and buffers
+as explicit graph inputs (``torch.func.functional_call``), so a kernel reads them rather than baked constants.
+Composite operations are decomposed until only what ir.py classifies is left: softmax, norms and variances become
+reductions and pointwise arithmetic, which plan.py fuses back together.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from cuda_agent.author.ir import BINARY, DTYPES, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported
+from cuda_agent.problem import ProblemError, call_inputs, load_problem
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# Pointwise ops with parameters, emitted by emit.py's templates (attrs carry the parameters).
+PARAMETRIC = frozenset(
+    {"gelu", "leaky_relu", "elu", "softplus", "hardtanh", "clamp", "threshold", "cast", "lerp", "copy"}
+)
+_VIEWS = frozenset(
+    {"view", "_unsafe_view", "reshape", "expand", "permute", "unsqueeze", "squeeze", "broadcast_in_dim", "t",
+     "transpose", "slice", "select", "flip"}
+)  # fmt: skip
+_CONSTS = frozenset({"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like"})
+# Ops returning (values, indices) whose values the author computes; a graph using the indices is unsupported.
+_VALUES_OF = frozenset({aten.max_pool2d_with_indices.default, aten.max.dim, aten.min.dim})
+_OPERAND = (torch.fx.Node, bool, int, float)
+_CASTS = frozenset({"_to_copy", "convert_element_type", "to", "type_as"})
+
+
+def _reduced_count(x: torch.Tensor, dim: Sequence[int] | int | None) -> int:
+    dims = range(x.dim()) if dim is None or (isinstance(dim, Sequence) and len(dim) == 0) else dim
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return math.prod(x.shape[d] for d in dims) if x.dim() else 1
+
+
+def _all_dims(x: torch.Tensor, dim: Sequence[int] | int | None) -> list[int]:
+    if dim is None or (isinstance(dim, Sequence) and len(dim) == 0):
+        return list(range(x.dim()))
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def _mean(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> torch.Tensor:
+    return aten.sum.dim_IntList(x, _all_dims(x, dim), keepdim) / _reduced_count(x, dim)
+
+
+def _var_mean(
+    x: torch.Tensor, dim: Any = None, *, correction: float | None = None, keepdim: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # Two passes over the row (mean, then squared deviations): the numerically safe form, and both passes fuse
+    # into one kernel as dependent reductions.
+    dims, n = _all_dims(x, dim), _reduced_count(x, dim)
+    mean = aten.sum.dim_IntList(x, dims, True) / n
+    dev = x - mean
+    var = aten.sum.dim_IntList(dev * dev, dims, keepdim) / max(n - (1 if correction is None else correction), 0)
+    return var, mean if keepdim else aten.squeeze.dims(mean, dims)
+
+
+def _var(x: torch.Tensor, dim: Any = None, *, correction: float | None = None, keepdim: bool = False) -> torch.Tensor:
+    return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
+
+
+def decompositions() -> dict[Any, Callable[..., Any]]:
+    table = dict(core_aten_decompositions())
+    table.update(
+        get_decompositions(
+            [
+                aten._softmax,
+                aten._log_softmax,
+                aten.native_layer_norm,
+                aten.native_group_norm,
+                aten._native_batch_norm_legit_no_training,
+                aten.native_batch_norm,
+                aten._native_batch_norm_legit,
+                aten.logsumexp,
+                aten.addmm,
+                aten.rsub,
+                aten.linalg_vector_norm,
+                aten.silu,
+                aten.hardsigmoid,
+                aten.hardswish,
+            ]
+        )
+    )
+    for op in (aten.mean.dim, aten.mean.default):
+        table[op] = _mean
+    table[aten.var_mean.correction] = _var_mean
+    table[aten.var.correction] = _var
+    return table
+
+
+def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
+    """The aten graph of ``model(*inputs)`` (meta tensors), parameters and buffers as named graph inputs."""
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    names = list(state)
+    tensor_pos = [i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)]
+
+    def call(flat_state: list[torch.Tensor], *tensors: torch.Tensor) -> Any:
+        args = list(inputs)
+        for pos, t in zip(tensor_pos, tensors, strict=True):
+            args[pos] = t
+        return torch.func.functional_call(model, dict(zip(names, flat_state, strict=True)), tuple(args))
+
+    with torch.device("meta"), torch.no_grad():
+        try:
+            gm = make_fx(call, decomposition_table=decompositions())(
+                [state[n] for n in names], *[inputs[i] for i in tensor_pos]
+            )
+        except Unsupported:
+            raise
+        except Exception as exc:  # the reference itself cannot be traced on meta tensors
+            raise Unsupported(f"tracing: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+        result = call([state[n] for n in names], *[inputs[i] for i in tensor_pos])
+    single = isinstance(result, torch.Tensor)
+    if not single and not (isinstance(result, list | tuple) and all(isinstance(r, torch.Tensor) for r in result)):
+        raise Unsupported(f"output of type {type(result).__name__} (a tensor or a tuple of tensors is expected)")
+    return _to_ir(gm, names, len(dict(model.named_parameters())), tensor_pos, len(inputs), single)
+
+
+def capture_problem(source: str) -> Graph:
+    """Load the problem's code and trace its Model on the meta device."""
+    try:
+        problem = load_problem(source, name="author_problem", filename="model.py")
+        with torch.device("meta"), torch.no_grad():
+            init_inputs = call_inputs(problem.get_init_inputs, "get_init_inputs")
+            model = problem.model_cls(*init_inputs)
+            inputs = call_inputs(problem.get_inputs, "get_inputs")
+    except ProblemError as exc:
+        raise Unsupported(f"problem: {exc}") from None
+    except Exception as exc:
+        raise Unsupported(f"problem on the meta device: {type(exc).__name__}: {exc}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise Unsupported("Model is not an nn.Module")
+    return trace_module(model, list(inputs))
+
+
+def _dtype(value: Any, where: str) -> str:
+    name = str(value.dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise Unsupported(f"dtype {name} ({where})")
+    return name
+
+
+def _to_ir(
+    gm: torch.fx.GraphModule, names: list[str], n_params: int, tensor_pos: list[int], arg_count: int, single: bool
+) -> Graph:
+    gm.graph.eliminate_dead_code()  # unused outputs of multi-output ops (pooling indices) are not asked for
+    env: dict[torch.fx.Node, Node] = {}
+    nodes: list[Node] = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    params: list[Node] = []
+    inputs: list[Node] = []
+
+    def add(node: Node) -> Node:
+        nodes.append(node)
+        return node
+
+    for i, ph in enumerate(placeholders):
+        val = ph.meta["val"]
+        if i < len(names):
+            node = Node(f"p{i}", "param", OpKind.PARAM, tuple(val.shape), _dtype(val, names[i]))
+            node.attrs["qualname"] = names[i]
+            node.attrs["buffer"] = i >= n_params
+            params.append(node)
+        else:
+            node = Node(f"in{len(inputs)}", "input", OpKind.INPUT, tuple(val.shape), _dtype(val, "input"))
+            inputs.append(node)
+        env[ph] = add(node)
+    outputs: list[Node] = []
+    for fx in gm.graph.nodes:
+        if fx.op == "placeholder":
+            continue
+        if fx.op == "output":
+            outputs = [env[o] for o in fx.args[0]]
+            continue
+        target = fx.target
+        if target is operator.getitem:
+            source, index = fx.args
+            if source.target in _VALUES_OF and index == 0:
+                env[fx] = env[source]  # the pooled values; only the indices are beyond the author
+                continue
+            raise Unsupported(f"{_qualified(source.target)[1]} indices")
+        op, qualified = _qualified(target)
+        val = fx.meta.get("val")
+        if target in _VALUES_OF:
+            val = val[0]
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported(qualified)
+        shape, dtype = tuple(val.shape), _dtype(val, qualified)
+
+        # Lists (dims, sizes) are read from fx.args by the converters; tensors and scalars are the operands.
+        args = tuple(env[a] if isinstance(a, torch.fx.Node) else a for a in fx.args if isinstance(a, _OPERAND))
+        name = f"v{len(nodes)}"
+        resolved = _resolve(fx.args, env)
+        env[fx] = add(_convert(name, op, qualified, fx.kwargs, resolved, args, shape, dtype, add))
+    for o in outputs:
+        if o.dtype not in ("float32", "float64"):
+            raise Unsupported(f"output of dtype {o.dtype}")
+    return Graph(nodes, inputs, params, outputs, single, tensor_pos, arg_count)
+
+
+def _positional(raw: tuple[Any, ...], start: int, defaults: list[Any]) -> list[Any]:
+    """Positional arguments ``start``.. of an aten call, the schema's defaults where the trace left them out."""
+    given = list(raw[start : start + len(defaults)])
+    return given + defaults[len(given) :]
+
+
+def _resolve(value: Any, env: dict[torch.fx.Node, Node]) -> Any:
+    """An fx argument with every fx node (also inside lists: cat, index) replaced by its IR node."""
+    if isinstance(value, torch.fx.Node):
+        return env[value]
+    if isinstance(value, list | tuple):
+        return type(value)(_resolve(v, env) for v in value)
+    return value
+
+
+def _qualified(target: Any) -> tuple[str, str]:
+    """(op name as ir.py keys it, e.g. ``sum``; qualified name for messages, e.g. ``aten.sum``)."""
+    packet = getattr(target, "overloadpacket", None)
+    op = getattr(packet, "__name__", str(target))
+    return op, str(getattr(packet, "_qualified_op_name", op)).replace("::", ".")
+
+
+def _convert(
+    name: str,
+    op: str,
+    qualified: str,
+    kw: Any,
+    raw: tuple[Any, ...],
+    args: tuple[Any, ...],
+    shape: tuple[int, ...],
+    dtype: str,
+    add: Callable[[Node], Node],
+) -> Node:
+    if op in ("add", "sub") and kw.get("alpha", 1) != 1:
+        scaled = add(Node(f"{name}a", "mul", OpKind.POINTWISE, args[1].shape if isinstance(args[1], Node) else (),
+                          dtype, (args[1], kw["alpha"])))  # fmt: skip
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, (args[0], scaled))
+    if op == "div" and kw.get("rounding_mode") is not None:
+        quotient = add(Node(f"{name}q", "div", OpKind.POINTWISE, shape, dtype, args))
+        return Node(name, "trunc" if kw["rounding_mode"] == "trunc" else "floor", OpKind.POINTWISE, shape, dtype,
+                    (quotient,))  # fmt: skip
+    if op in UNARY and len(args) == 1:
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, args)
+    if op in BINARY and not kw:
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, args)
+    if op in _CASTS:
+        return Node(name, "cast", OpKind.POINTWISE, shape, dtype, args[:1])
+    if op in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+        if op == "clamp":
+            lo, hi = _positional(raw, 1, [None, None])
+        elif op == "hardtanh":
+            lo, hi = _positional(raw, 1, [-1.0, 1.0])
+        else:
+            lo, hi = (raw[1], None) if op == "clamp_min" else (None, raw[1])
+        lo, hi = kw.get("min", lo), kw.get("max", hi)
+        if isinstance(lo, Node) or isinstance(hi, Node):
+            raise Unsupported(f"{qualified} with tensor bounds")
+        return Node(name, "clamp", OpKind.POINTWISE, shape, dtype, args[:1], {"min": lo, "max": hi})
+    if op == "gelu":
+        return Node(
+            name, "gelu", OpKind.POINTWISE, shape, dtype, args[:1], {"approximate": kw.get("approximate", "none")}
+        )
+    if op == "leaky_relu":
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, args[:1], {"slope": raw[1] if len(raw) > 1 else 0.01})
+    if op == "elu":
+        a = _positional(raw, 1, [1.0, 1.0, 1.0])
+        return Node(
+            name, op, OpKind.POINTWISE, shape, dtype, args[:1], {"alpha": a[0], "scale": a[1], "input_scale": a[2]}
+        )
+    if op == "softplus":
+        b = _positional(raw, 1, [1.0, 20.0])
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, args[:1], {"beta": b[0], "threshold": b[1]})
+    if op == "threshold":
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, args[:1], {"threshold": raw[1], "value": raw[2]})
+    if op == "lerp" and isinstance(raw[2], int | float):
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, args[:2], {"weight": raw[2]})
+    if op in _CONSTS:
+        value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}.get(op)
+        if value is None:
+            value = raw[0] if op == "scalar_tensor" else raw[1]
+        if not isinstance(value, bool | int | float):
+            raise Unsupported(f"{qualified} with a non-constant fill")
+        return Node(name, "const", OpKind.CONST, shape, dtype, (), {"value": value})
+    if op in _VIEWS:
+        return _view(name, op, raw, args, shape, dtype)
+    if op in ("max", "min") and len(raw) >= 2 and isinstance(raw[1], int):
+        op = "a" + op  # max.dim's values: amax over the dim
+    if op in REDUCTIONS and isinstance(args[0], Node):
+        src: Node = args[0]
+        dims_arg = raw[1] if len(raw) > 1 else kw.get("dim")
+        keepdim = bool(raw[2] if len(raw) > 2 else kw.get("keepdim", False))
+        if kw.get("dtype") is not None and str(kw["dtype"]).removeprefix("torch.") != src.dtype:
+            raise Unsupported(f"{qualified} with an accumulation dtype")
+        if dims_arg is None or (isinstance(dims_arg, list | tuple) and len(dims_arg) == 0):
+            dims = list(range(len(src.shape)))
+        else:
+            dims = [dims_arg] if isinstance(dims_arg, int) else list(dims_arg)
+        ndim = max(len(src.shape), 1)
+        dims = sorted({d % ndim for d in dims})
+        return Node(name, op, OpKind.REDUCTION, shape, dtype, (src,), {"dims": tuple(dims), "keepdim": keepdim})
+    if op in ("mm", "bmm") and all(isinstance(a, Node) for a in args):
+        return Node(name, op, OpKind.CONTRACTION, shape, dtype, args)
+    if op in ("cumsum", "cumprod") and len(args) >= 1 and not kw.get("dtype"):
+        dim = raw[1] % max(len(shape), 1)
+        return Node(name, "sum" if op == "cumsum" else "prod", OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})
+    return _index_or_window(name, op, qualified, raw, args, kw, shape, dtype)
+
+
+def _index_or_window(
+    name: str,
+    op: str,
+    qualified: str,
+    raw: tuple[Any, ...],
+    args: tuple[Any, ...],
+    kw: Any,
+    shape: tuple[int, ...],
+    dtype: str,
+) -> Node:
+    if op == "arange" and isinstance(raw[0], int | float):
+        start, step = (raw[0], raw[2] if len(raw) > 2 else 1) if len(raw) > 1 else (0, 1)
+        return Node(name, "iota", OpKind.INDEX, shape, dtype, (), {"start": start, "step": step})
+    if op == "embedding":
+        return Node(name, "embedding", OpKind.INDEX, shape, dtype, args[:2])
+    if op in ("index_select", "gather"):
+        return Node(name, op, OpKind.INDEX, shape, dtype, (args[0], args[-1]), {"dim": raw[1] % len(args[0].shape)})
+    if op == "index" and isinstance(raw[1], list | tuple) and len(raw[1]) == 1:
+        return Node(name, "index", OpKind.INDEX, shape, dtype, (args[0], raw[1][0]))
+    if op == "cat":
+        sources = list(raw[0])
+        dim = (raw[1] if len(raw) > 1 else 0) % len(shape)
+        sources = [s for s in sources if s.shape[dim] > 0]
+        return Node(name, "cat", OpKind.INDEX, shape, dtype, tuple(sources), {"dim": dim})
+    if op == "_adaptive_avg_pool2d" and len(shape) == 4:
+        # Exactly an average pool when every output cell covers an equal, disjoint window.
+        (height, width), (oh, ow) = args[0].shape[2:], shape[2:]
+        if height % oh or width % ow:
+            raise Unsupported(f"{qualified} with windows of unequal size")
+        attrs: dict[str, Any] = {"kernel": (height // oh, width // ow), "stride": (height // oh, width // ow)}
+        return Node(name, "avg_pool", OpKind.WINDOW, shape, dtype, args[:1], {**attrs, "pad": (0, 0), "reduce": "sum"})
+    if op in ("avg_pool2d", "max_pool2d_with_indices") and isinstance(args[0], Node) and len(shape) == 4:
+        kernel = list(raw[1]) * (2 // len(raw[1]))
+        stride = list(raw[2]) if len(raw) > 2 and raw[2] else kernel
+        stride = stride * (2 // len(stride))
+        pad = list(raw[3]) if len(raw) > 3 else [0]
+        pad = pad * (2 // len(pad))
+        if op == "avg_pool2d":
+            ceil, include_pad, divisor = _positional(raw, 4, [False, True, None])
+            if ceil or divisor is not None or (not include_pad and any(pad)):
+                raise Unsupported(f"{qualified} with ceil_mode, divisor_override or count_include_pad=False padding")
+        else:
+            dilation = list(raw[4]) if len(raw) > 4 else [1]
+            if any(d != 1 for d in dilation) or (len(raw) > 5 and raw[5]):
+                raise Unsupported(f"{qualified} with dilation or ceil_mode")
+        reduce = "sum" if op == "avg_pool2d" else "amax"
+        attrs = {"kernel": tuple(kernel), "stride": tuple(stride), "pad": tuple(pad), "reduce": reduce}
+        return Node(name, "avg_pool" if reduce == "sum" else "max_pool", OpKind.WINDOW, shape, dtype, args[:1], attrs)
+    raise Unsupported(qualified)
+
+
+def _view(name: str, op: str, raw: tuple[Any, ...], args: tuple[Any, ...], shape: tuple[int, ...], dtype: str) -> Node:
+    src: Node = args[0]
+    rank = len(src.shape)
+    attrs: dict[str, Any] = {}
+    if op in ("view", "_unsafe_view", "reshape", "squeeze", "unsqueeze"):
+        op = "reshape"
+    elif op == "expand":
+        op = "broadcast"
+    elif op == "broadcast_in_dim":
+        attrs["dims"] = tuple(raw[2])
+        op = "broadcast_in_dim"
+    elif op in ("permute", "t", "transpose"):
+        if op == "permute":
+            perm = [d % max(rank, 1) for d in raw[1]]
+        else:
+            perm = list(range(rank))
+            a, b = (0, 1) if op == "t" else (raw[1] % rank, raw[2] % rank)
+            if rank >= 2:
+                perm[a], perm[b] = perm[b], perm[a]
+        attrs["perm"] = tuple(perm)
+        op = "permute"
+    elif op == "slice":
+        dim = (raw[1] if len(raw) > 1 else 0) % rank
+        start = raw[2] if len(raw) > 2 and raw[2] is not None else 0
+        step = raw[4] if len(raw) > 4 else 1
+        start = start + src.shape[dim] if start < 0 else min(start, src.shape[dim])
+        attrs.update(dim=dim, start=start, step=step)
+    elif op == "flip":
+        attrs["dims"] = tuple(d % rank for d in raw[1])
+    elif op == "select":
+        dim = raw[1] % rank
+        index = raw[2] + src.shape[dim] if raw[2] < 0 else raw[2]
+        attrs.update(dim=dim, index=index)
+    return Node(name, op, OpKind.VIEW, shape, dtype, (src,), attrs)

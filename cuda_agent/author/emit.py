@@ -1,0 +1,507 @@
+"""Emit: one plan, two back ends. CUDA C++ for device cuda, C++/OpenMP for device cpu, and the model_new.py that
+allocates buffers and calls the launchers.
+
+CUDA row kernels run one block per row (threads stride over the reduced dims, warp-shuffle + shared-memory block
+reductions whose result every thread sees) or one thread per row (short rows); elementwise kernels are grid-stride
+loops that move 16 bytes per access (float4) for operands read at the kernel's own index, when the launcher finds
+every such pointer 16-byte aligned. Every launcher is ``extern "C"`` with tensor pointers only (the candidate
+contract); shapes are compile-time constants of the captured problem, checked by model_new.py before any launch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cuda_agent.author.ir import REDUCTIONS, Node
+from cuda_agent.author.plan import GemmKernel, Plan, RowKernel, Scope, linear_index
+from cuda_agent.contracts.candidate import KERNELS_DIR, MODEL_NEW_FILE
+
+KERNEL_STEM = "author"
+OMP_MIN_WORK = 1 << 18
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The knobs the search turns; every variant computes the same thing."""
+
+    block: int = 256  # threads per block (cuda)
+    rows: str = "auto"  # "block": a block per row, "thread": a thread per row, "auto": by row length
+    vec: int = 4  # elements per thread and access in elementwise kernels (1 or 4)
+    tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
+    gemm: str = "cublas"  # "cublas": the vendor library where the operands' strides allow it, else "tiled" (ours)
+    omp: str = "auto"  # cpu: "auto" runs OpenMP threads only for big kernels (waking a team costs more than a
+    # small kernel), "always" for every kernel
+
+    def label(self) -> str:
+        return f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} omp={self.omp}"
+
+    def omp_pragma(self, work: int, clause: str = "") -> str:
+        """The OpenMP work-sharing pragma of a loop doing about ``work`` element operations, or none."""
+        if self.omp == "always" or work >= OMP_MIN_WORK:
+            return f"#pragma omp parallel for {clause}schedule(static)"
+        return "// serial: too little work to wake a thread team"
+
+
+CUDA_PRELUDE = """#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cuda_runtime.h>
+
+struct SumOp { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct ProdOp { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };
+struct MaxOp { template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
+struct MinOp { template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
+
+// Every thread of the block gets the result. The leading barrier keeps one row's reduction from overwriting the
+// partials the previous one is still reading.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T identity) {
+    __shared__ T partial[32];
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partial[lane] : identity;
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+"""
+CPU_PRELUDE = """#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+using namespace std;  // exp, fmax, ... resolve to the float overloads as in CUDA device code
+"""
+_OPS = {"sum": "SumOp", "prod": "ProdOp", "amax": "MaxOp", "amin": "MinOp"}
+
+
+def _coords(dims: list[int], shape: tuple[int, ...], index: str) -> list[str]:
+    """Statements giving i<j> for ``dims`` (row-major among themselves) from the flat ``index``."""
+    lines, stride = [], 1
+    for j in reversed(dims):
+        size = shape[j]
+        if size == 1:
+            lines.append(f"const int64_t i{j} = 0;")
+        else:
+            q = index if stride == 1 else f"({index} / {stride}LL)"
+            lines.append(f"const int64_t i{j} = {q} % {size}LL;")
+        stride *= size
+    return lines[::-1]
+
+
+def _params(kernel: RowKernel | GemmKernel, device: str) -> tuple[str, str]:
+    """(C parameter list, argument names) of a kernel's buffers: reads const, then writes."""
+    decl = [f"const {n.ctype}* __restrict__ {b}" for b, n in kernel.reads.items()]
+    decl += [f"{n.ctype}* __restrict__ {b}" for b, n in kernel.writes.items()]
+    names = [*kernel.reads, *kernel.writes]
+    return ", ".join(decl), ", ".join(names)
+
+
+def _launcher_params(kernel: RowKernel | GemmKernel, device: str) -> str:
+    decl = [f"const {n.ctype}* {b}" for b, n in kernel.reads.items()]
+    decl += [f"{n.ctype}* {b}" for b, n in kernel.writes.items()]
+    if device == "cuda":
+        decl.append("cudaStream_t stream")
+    return ", ".join(decl)
+
+
+def _scope_body(kernel: RowKernel, scope: Scope, index: str) -> list[str]:
+    loads = [f"const {n.ctype} ld_{b} = {b}[{index}];" for b, n in scope.identity_loads.items()]
+    return loads + scope.stmts
+
+
+_CONST = re.compile(r"^const [\w:]+ (?P<name>\w+) = (?P<expr>.*);$")
+_WORD = re.compile(r"\b\w+\b")
+
+
+def _loop(loop: str, body: list[str]) -> list[str]:
+    """``loop`` over ``body``, with the statements that do not vary along the loop (per-row values such as
+    rsqrt(var + eps)) hoisted before it: host compilers keep libm calls in the loop (errno)."""
+    # Names a non-const statement touches (accumulators, pooling windows) vary, wherever they stand in the body.
+    variant = {"r"}.union(*(_WORD.findall(b) for b in body if not _CONST.match(b)))
+    hoisted, kept = [], []
+    for stmt in body:
+        match = _CONST.match(stmt)
+        if match and not variant.intersection(_WORD.findall(match["expr"])):
+            hoisted.append(stmt)
+            continue
+        kept.append(stmt)
+        if match:
+            variant.add(match["name"])
+    return [*hoisted, loop + " {", *("    " + b for b in kept), "}"]
+
+
+def _kahan(acc: str, comp: str, value: str, ctype: str) -> list[str]:
+    """Compensated summation: a row summed serially (one thread, one CPU core, or a long scan) keeps the error of
+    a pairwise sum instead of growing with the row's length."""
+    return [
+        f"const {ctype} y_{acc} = ({value}) - {comp};",
+        f"const {ctype} s_{acc} = {acc} + y_{acc};",
+        f"{comp} = (s_{acc} - {acc}) - y_{acc};",
+        f"{acc} = s_{acc};",
+    ]
+
+
+def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> list[str]:
+    """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs)."""
+    shape, reduced = kernel.shape, list(kernel.reduced)
+    outer = [j for j in range(len(shape)) if j not in reduced]
+    full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
+    if not reduced:
+        # Elementwise: the row is one element whose flat index is o itself.
+        lines = _coords(outer, shape, "o")
+        lines += _scope_body(kernel, kernel.out_scope, "o")
+        lines += [f"{b}[o] = {v};" for b, v in kernel.full_outputs]
+        return lines
+    lines = _coords(outer, shape, "o")
+    start, step = ("threadIdx.x", str(block)) if per_block else ("0", "1")
+    loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
+    for red in kernel.reductions:
+        node: Node = red.node
+        identity, combine = REDUCTIONS[node.op]
+        t = node.ctype
+        if red.invariant:
+            lines += red.scope.stmts
+            folded = {"sum": f"{red.value} * ({t}){kernel.inner}", "prod": f"pow({red.value}, ({t}){kernel.inner})"}
+            lines.append(f"const {t} {red.var} = {folded.get(node.op, red.value)};")
+            continue
+        lines.append(f"{t} acc_{red.var} = ({t})({identity});")
+        body = _coords(reduced, shape, "r") + _scope_body(kernel, red.scope, full_index)
+        if node.op == "sum":
+            lines.append(f"{t} comp_{red.var} = ({t})0;")
+            body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
+        else:
+            body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
+        lines += _loop(loop, body)
+        if per_block:
+            lines.append(
+                f"const {t} {red.var} = block_reduce<{t}>(acc_{red.var}, {_OPS[node.op]}(), ({t})({identity}));"
+            )
+        else:
+            lines.append(f"const {t} {red.var} = acc_{red.var};")
+    if kernel.scan is not None:
+        identity, combine = REDUCTIONS[kernel.scan.op]
+        t = kernel.scan.ctype
+        lines.append(f"{t} running = ({t})({identity});")
+        body = _coords(reduced, shape, "r") + _scope_body(kernel, kernel.out_scope, full_index)
+        if kernel.scan.op == "sum":
+            lines.append(f"{t} comp = ({t})0;")
+            body += _kahan("running", "comp", kernel.full_outputs[0][1], t)
+        else:
+            body.append(f"running = {combine.format(a='running', v=kernel.full_outputs[0][1])};")
+        body.append(f"{kernel.full_outputs[0][0]}[{full_index}] = running;")
+        lines += _loop(loop, body)
+    elif kernel.full_outputs:
+        body = _coords(reduced, shape, "r") + _scope_body(kernel, kernel.out_scope, full_index)
+        body += [f"{b}[{full_index}] = {v};" for b, v in kernel.full_outputs]
+        lines += _loop(loop, body)
+    lines += _scope_body(kernel, kernel.row_scope, full_index)
+    if kernel.reduced_outputs:
+        guard = "if (threadIdx.x == 0) " if per_block else ""
+        stores = " ".join(f"{b}[{off}] = {var};" for b, var, off in kernel.reduced_outputs)
+        lines.append(guard + "{ " + stores + " }")
+    return lines
+
+
+def _indent(lines: list[str], n: int) -> str:
+    return "\n".join(" " * n + line for line in lines)
+
+
+def _vectorizable(kernel: RowKernel, variant: Variant) -> bool:
+    scope = kernel.out_scope
+    return (
+        variant.vec == 4
+        and not kernel.reduced
+        and kernel.outer % 4 == 0
+        and all(n.ctype == "float" for n in [*scope.identity_loads.values(), *kernel.writes.values()])
+    )
+
+
+def _block_rows(kernel: RowKernel) -> bool:
+    """The default launch shape: a block per row when its threads read the row contiguously (the last dim is
+    reduced) or when rows are too few to fill the GPU a thread each; otherwise a thread per row, so neighbouring
+    threads read neighbouring columns (coalesced)."""
+    if kernel.inner < 32:
+        return False
+    return len(kernel.shape) - 1 in kernel.reduced or kernel.outer < 16384
+
+
+def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
+    params, names = _params(kernel, "cuda")
+    per_block = (
+        bool(kernel.reduced)
+        and kernel.scan is None  # a scan runs sequentially along its row
+        and (variant.rows == "block" or (variant.rows == "auto" and _block_rows(kernel)))
+    )
+    block = variant.block
+    if per_block:
+        loop = f"for (int64_t o = blockIdx.x; o < {kernel.outer}LL; o += gridDim.x)"
+        blocks = f"{kernel.outer}LL"
+    else:
+        start, stride = f"(int64_t)blockIdx.x * {block} + threadIdx.x", f"(int64_t)gridDim.x * {block}"
+        loop = f"for (int64_t o = {start}; o < {kernel.outer}LL; o += {stride})"
+        blocks = f"({kernel.outer}LL + {block - 1}) / {block}"
+    body = _row_body(kernel, "cuda", per_block, block)
+    text = f"""
+__global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
+    {loop} {{
+{_indent(body, 8)}
+    }}
+}}
+"""
+    launch = f"{kernel.name}_kernel<<<(unsigned)grid, {block}, 0, stream>>>({names});"
+    vec_launch = ""
+    if _vectorizable(kernel, variant):
+        text += _cuda_vec4(kernel, params, block)
+        aligned = " && ".join(f"((uintptr_t){b} % 16 == 0)" for b in [*kernel.out_scope.identity_loads, *kernel.writes])
+        quads = kernel.outer // 4
+        vec_launch = (
+            f"    if ({aligned}) {{\n"
+            f"        long long g = ({quads}LL + {block - 1}) / {block};\n"
+            f"        if (g > 65535LL * 8) g = 65535LL * 8;\n"
+            f"        {kernel.name}_vec4<<<(unsigned)g, {block}, 0, stream>>>({names});\n"
+            f"        return;\n    }}\n"
+        )
+    text += f"""
+extern "C" void {kernel.name}({_launcher_params(kernel, "cuda")}) {{
+{vec_launch}    long long grid = {blocks};
+    if (grid > 65535LL * 8) grid = 65535LL * 8;  // the loop strides over the rest
+    if (grid < 1) grid = 1;
+    {launch}
+}}
+"""
+    return text
+
+
+def _cuda_vec4(kernel: RowKernel, params: str, block: int) -> str:
+    """Elementwise kernel over quads: operands at the kernel's own index move as float4, the rest per element."""
+    scope = kernel.out_scope
+    outer = list(range(len(kernel.shape)))
+    lane_lines = []
+    for lane, comp in enumerate("xyzw"):
+        body = [f"const int64_t o = q * 4 + {lane};", *_coords(outer, kernel.shape, "o")]
+        body += [f"const float ld_{b} = v_{b}.{comp};" for b in scope.identity_loads]
+        body += scope.stmts
+        body += [f"w_{b}.{comp} = {v};" for b, v in kernel.full_outputs]
+        lane_lines.append("{\n" + _indent(body, 4) + "\n}")
+    loads = [f"const float4 v_{b} = reinterpret_cast<const float4*>({b})[q];" for b in scope.identity_loads]
+    decl = [f"float4 w_{b};" for b in kernel.writes]
+    stores = [f"reinterpret_cast<float4*>({b})[q] = w_{b};" for b in kernel.writes]
+    body = loads + decl + lane_lines + stores
+    quads = kernel.outer // 4
+    return f"""
+__global__ void __launch_bounds__({block}) {kernel.name}_vec4({params}) {{
+    for (int64_t q = (int64_t)blockIdx.x * {block} + threadIdx.x; q < {quads}LL; q += (int64_t)gridDim.x * {block}) {{
+{_indent(body, 8)}
+    }}
+}}
+"""
+
+
+def _cpu_row(kernel: RowKernel, variant: Variant) -> str:
+    body = _row_body(kernel, "cpu", False, 1)
+    return f"""
+extern "C" void {kernel.name}({_launcher_params(kernel, "cpu")}) {{
+    {variant.omp_pragma(kernel.outer * max(kernel.inner, 1))}
+    for (int64_t o = 0; o < {kernel.outer}LL; ++o) {{
+{_indent(body, 8)}
+    }}
+}}
+"""
+
+
+def _strides(g: GemmKernel) -> dict[str, int]:
+    a, b = g.a.strides, g.b.strides
+    bmm = g.node.op == "bmm"
+    return {
+        "sab": a[0] if bmm else 0, "sam": a[-2], "sak": a[-1],
+        "sbb": b[0] if bmm else 0, "sbk": b[-2], "sbn": b[-1],
+    }  # fmt: skip
+
+
+def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
+    t = variant.tile
+    s = _strides(g)
+    a, b = g.a.buffer, g.b.buffer
+    return f"""
+// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n], {t}x{t} output tiles, {t}-wide K steps in shared memory.
+__global__ void {g.name}_kernel(const float* __restrict__ {a}, const float* __restrict__ {b},
+                                float* __restrict__ {g.out}) {{
+    __shared__ float as[{t}][{t + 1}];
+    __shared__ float bs[{t}][{t + 1}];
+    const int64_t batch = blockIdx.z;
+    const int64_t row = (int64_t)blockIdx.y * {t} + threadIdx.y, col = (int64_t)blockIdx.x * {t} + threadIdx.x;
+    const float* pa = {a} + batch * {s["sab"]}LL;
+    const float* pb = {b} + batch * {s["sbb"]}LL;
+    float acc = 0.0f;
+    for (int64_t k0 = 0; k0 < {g.k}LL; k0 += {t}) {{
+        const int64_t ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+        as[threadIdx.y][threadIdx.x] =
+            (row < {g.m}LL && ka < {g.k}LL) ? pa[row * {s["sam"]}LL + ka * {s["sak"]}LL] : 0.0f;
+        bs[threadIdx.y][threadIdx.x] =
+            (kb < {g.k}LL && col < {g.n}LL) ? pb[kb * {s["sbk"]}LL + col * {s["sbn"]}LL] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < {t}; ++kk) acc += as[threadIdx.y][kk] * bs[kk][threadIdx.x];
+        __syncthreads();
+    }}
+    if (row < {g.m}LL && col < {g.n}LL) {g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col] = acc;
+}}
+
+extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
+    dim3 block({t}, {t});
+    dim3 grid(({g.n} + {t - 1}) / {t}, ({g.m} + {t - 1}) / {t}, {g.batch});
+    {g.name}_kernel<<<grid, block, 0, stream>>>({a}, {b}, {g.out});
+}}
+"""
+
+
+def _blas_operand(rows_stride: int, cols_stride: int, rows: int, cols: int) -> tuple[str, int] | None:
+    """(cuBLAS op, leading dimension) of a row-major-indexed operand [rows, cols] seen column-major as its
+    transpose, or None when neither of its strides is 1 (cuBLAS needs one unit stride)."""
+    if cols_stride == 1 and rows_stride >= max(1, cols):
+        return "CUBLAS_OP_N", rows_stride
+    if rows_stride == 1 and cols_stride >= max(1, rows):
+        return "CUBLAS_OP_T", cols_stride
+    if rows == 1 and cols_stride == 1:
+        return "CUBLAS_OP_N", max(1, cols)
+    if cols == 1 and rows_stride == 1:
+        return "CUBLAS_OP_T", max(1, rows)
+    return None
+
+
+def _cublas_gemm(g: GemmKernel) -> str | None:
+    """C = A @ B through cublasSgemmStridedBatched: row-major C is column-major C^T = B^T A^T, so B goes first.
+    FP32 math mode (no TF32): the result must hold under the fp32 tolerance profiles."""
+    s = _strides(g)
+    b_op = _blas_operand(s["sbk"], s["sbn"], g.k, g.n)
+    a_op = _blas_operand(s["sam"], s["sak"], g.m, g.k)
+    if a_op is None or b_op is None:
+        return None
+    a, b = g.a.buffer, g.b.buffer
+    return f"""
+// {g.node.op} on cuBLAS: one handle per process (created on first use, bound to the caller's stream each call).
+extern "C" int {g.name}({_launcher_params(g, "cuda")}) {{
+    static cublasHandle_t handle = nullptr;
+    if (handle == nullptr && cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
+    cublasSetStream(handle, stream);
+    const float alpha = 1.0f, beta = 0.0f;
+    return (int)cublasSgemmStridedBatched(handle, {b_op[0]}, {a_op[0]}, {g.n}, {g.m}, {g.k}, &alpha,
+        {b}, {b_op[1]}, {s["sbb"]}LL, {a}, {a_op[1]}, {s["sab"]}LL, &beta, {g.out}, {g.n}, {g.m * g.n}LL, {g.batch});
+}}
+"""
+
+
+def _cpu_gemm(g: GemmKernel, variant: Variant) -> str:
+    s = _strides(g)
+    a, b = g.a.buffer, g.b.buffer
+    return f"""
+// {g.node.op}: rows of C in parallel; the k loop outside the n loop streams rows of B.
+extern "C" void {g.name}({_launcher_params(g, "cpu")}) {{
+    {variant.omp_pragma(g.batch * g.m * g.n * g.k, "collapse(2) ")}
+    for (int64_t batch = 0; batch < {g.batch}LL; ++batch) {{
+        for (int64_t m = 0; m < {g.m}LL; ++m) {{
+            float* c = {g.out} + batch * {g.m * g.n}LL + m * {g.n}LL;
+            for (int64_t n = 0; n < {g.n}LL; ++n) c[n] = 0.0f;
+            for (int64_t k = 0; k < {g.k}LL; ++k) {{
+                const float av = {a}[batch * {s["sab"]}LL + m * {s["sam"]}LL + k * {s["sak"]}LL];
+                const float* brow = {b} + batch * {s["sbb"]}LL + k * {s["sbk"]}LL;
+                for (int64_t n = 0; n < {g.n}LL; ++n) c[n] += av * brow[n * {s["sbn"]}LL];
+            }}
+        }}
+    }}
+}}
+"""
+
+
+def emit_source(plan: Plan, device: str, variant: Variant) -> str:
+    parts = [CUDA_PRELUDE if device == "cuda" else CPU_PRELUDE]
+    blas = False
+    for k in plan.kernels:
+        if isinstance(k, GemmKernel) and device == "cuda":
+            vendor = _cublas_gemm(k) if variant.gemm == "cublas" else None
+            blas = blas or vendor is not None
+            parts.append(vendor or _cuda_gemm(k, variant))
+        elif isinstance(k, GemmKernel):
+            parts.append(_cpu_gemm(k, variant))
+        else:
+            parts.append(_cuda_row(k, variant) if device == "cuda" else _cpu_row(k, variant))
+    if blas:  # the declaration the build links cuBLAS by (compile/libraries.py)
+        parts.insert(1, '#include <cublas_v2.h>\n#pragma comment(lib, "cublas")\n')
+    return "".join(parts)
+
+
+def _torch_dtype(node: Node) -> str:
+    return f"torch.{node.dtype}"
+
+
+def emit_model_new(plan: Plan, problem_source: str, device: str) -> str:
+    g = plan.graph
+    lines = [
+        f"if len(args) != {g.arg_count}:",
+        f"    raise TypeError(f'forward takes {g.arg_count} arguments, got {{len(args)}}')",
+    ]
+    for node, pos in zip(g.inputs, g.input_positions, strict=True):
+        lines.append(f"{node.name} = args[{pos}].contiguous()")
+        lines.append(
+            f"if tuple({node.name}.shape) != {tuple(node.shape)!r} or {node.name}.dtype != {_torch_dtype(node)}:"
+        )
+        lines.append(
+            f"    raise ValueError(f'argument {pos}: {{tuple({node.name}.shape)}} {{{node.name}.dtype}}; the kernels "
+            f"were generated for {tuple(node.shape)} {_torch_dtype(node)}')"
+        )
+    for node in g.params:
+        getter = "get_buffer" if node.attrs.get("buffer") else "get_parameter"
+        lines.append(f"{node.name} = self.{getter}({node.attrs['qualname']!r}).contiguous()")
+    for name, node in plan.buffers.items():
+        if name.startswith(("b", "out")):
+            lines.append(
+                f"{name} = torch.empty({tuple(node.shape)!r}, dtype={_torch_dtype(node)}, device=self._device)"
+            )
+    for k in plan.kernels:
+        lines.append(f"self._kernels.{k.name}({', '.join([*k.reads, *k.writes])})")
+    outs = ", ".join(plan.outputs)
+    lines.append(
+        f"return {plan.outputs[0]}"
+        if g.single_output
+        else f"return ({outs},)"
+        if len(plan.outputs) == 1
+        else f"return ({outs})"
+    )
+    body = "\n".join("        " + line for line in lines)
+    return f'''"""Generated by the embedded kernel author (cuda_agent.author) from the problem below.
+
+Plan:
+{plan.describe()}
+"""
+
+import torch
+import torch.nn as nn
+
+from cuda_agent.kernels import load_kernels
+
+# The reference problem, verbatim: ModelNew inherits its constructor, so parameters and buffers are created with
+# the reference's names, shapes and initialization order.
+{problem_source.rstrip()}
+
+
+class ModelNew(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kernels = load_kernels()
+        self._device = torch.device({device!r})
+
+    def forward(self, *args):
+{body}
+'''
+
+
+def candidate_files(plan: Plan, problem_source: str, device: str, variant: Variant) -> dict[str, str]:
+    suffix = ".cu" if device == "cuda" else ".cpp"
+    return {
+        f"{KERNELS_DIR}/{KERNEL_STEM}{suffix}": emit_source(plan, device, variant),
+        MODEL_NEW_FILE: emit_model_new(plan, problem_source, device),
+    }

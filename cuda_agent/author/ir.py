@@ -1,0 +1,148 @@
+"""The author's graph: aten-level operations with static shapes and dtypes, classified by how they can be fused.
+
+Every value is a ``Node``. Pointwise and view nodes are inlined into the kernels that read them; reductions, heavy
+contractions and the graph's outputs are the points where values may be materialized (see plan.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Unsupported(ValueError):
+    """The computation holds something the author cannot express; str() names it, e.g. ``aten.cumsum``."""
+
+
+class OpKind(StrEnum):
+    INPUT = "input"  # a forward argument
+    PARAM = "param"  # a parameter or buffer of the module, by its qualified name
+    CONST = "const"  # a scalar filled over a shape (full, scalar_tensor)
+    POINTWISE = "pointwise"
+    VIEW = "view"  # reshape, permute, expand, slice, select: a change of indexing, no arithmetic
+    REDUCTION = "reduction"  # sum / amax / amin / prod over some dims
+    CONTRACTION = "contraction"  # mm / bmm: vendor libraries or our tiled kernels, never inlined
+    INDEX = "index"  # reads a source at data-dependent or piecewise coordinates: embedding, gather, cat, iota
+    WINDOW = "window"  # a reduction over a sliding window of a materialized source: pooling
+    SCAN = "scan"  # cumulative sum / product along one dim, written by a kernel of its own
+
+
+# IR pointwise op -> C expression template over the arguments {0}, {1}, ... Every template computes in the
+# node's C type; comparisons yield bool. Names are aten's (overload packet names), shared by aten and prims.
+UNARY: dict[str, str] = {
+    "abs": "fabs({0})",
+    "neg": "(-({0}))",
+    "exp": "exp({0})",
+    "exp2": "exp2({0})",
+    "expm1": "expm1({0})",
+    "log": "log({0})",
+    "log2": "log2({0})",
+    "log10": "log10({0})",
+    "log1p": "log1p({0})",
+    "sqrt": "sqrt({0})",
+    "rsqrt": "(1 / sqrt({0}))",
+    "reciprocal": "(1 / ({0}))",
+    "sin": "sin({0})",
+    "cos": "cos({0})",
+    "tan": "tan({0})",
+    "tanh": "tanh({0})",
+    "asin": "asin({0})",
+    "acos": "acos({0})",
+    "atan": "atan({0})",
+    "sinh": "sinh({0})",
+    "cosh": "cosh({0})",
+    "erf": "erf({0})",
+    "erfc": "erfc({0})",
+    "floor": "floor({0})",
+    "ceil": "ceil({0})",
+    "trunc": "trunc({0})",
+    "round": "nearbyint({0})",
+    "sign": "(({0}) > 0 ? 1 : (({0}) < 0 ? -1 : 0))",
+    "sigmoid": "(1 / (1 + exp(-({0}))))",
+    "relu": "(({0}) > 0 ? ({0}) : 0)",
+    "silu": "(({0}) / (1 + exp(-({0}))))",
+    "mish": "(({0}) * tanh(({0}) > 20 ? ({0}) : log1p(exp({0}))))",
+    "logical_not": "(!({0}))",
+    "isnan": "isnan({0})",
+    "alias": "({0})",
+    "clone": "({0})",
+}
+BINARY: dict[str, str] = {
+    "add": "(({0}) + ({1}))",
+    "sub": "(({0}) - ({1}))",
+    "mul": "(({0}) * ({1}))",
+    "div": "(({0}) / ({1}))",
+    "pow": "pow({0}, {1})",
+    "maximum": "fmax({0}, {1})",
+    "minimum": "fmin({0}, {1})",
+    "atan2": "atan2({0}, {1})",
+    "fmod": "fmod({0}, {1})",
+    "remainder": "(({0}) - floor(({0}) / ({1})) * ({1}))",
+    "eq": "(({0}) == ({1}))",
+    "ne": "(({0}) != ({1}))",
+    "lt": "(({0}) < ({1}))",
+    "le": "(({0}) <= ({1}))",
+    "gt": "(({0}) > ({1}))",
+    "ge": "(({0}) >= ({1}))",
+    "logical_and": "(({0}) && ({1}))",
+    "logical_or": "(({0}) || ({1}))",
+    "bitwise_and": "(({0}) & ({1}))",
+    "bitwise_or": "(({0}) | ({1}))",
+    "where": "(({0}) ? ({1}) : ({2}))",
+}
+# Reductions: (identity of the accumulator as a C expression, combine of acc and v, block-combine operator name).
+REDUCTIONS: dict[str, tuple[str, str]] = {
+    "sum": ("0", "{a} + {v}"),
+    "prod": ("1", "{a} * {v}"),
+    "amax": ("-INFINITY", "fmax({a}, {v})"),
+    "amin": ("INFINITY", "fmin({a}, {v})"),
+}
+DTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "bool"}
+
+
+@dataclass(eq=False)
+class Node:
+    name: str
+    op: str
+    kind: OpKind
+    shape: tuple[int, ...]
+    dtype: str  # a key of DTYPES
+    args: tuple[Any, ...] = ()  # Nodes and Python scalars
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ctype(self) -> str:
+        return DTYPES[self.dtype]
+
+    def inputs(self) -> list[Node]:
+        return [a for a in self.args if isinstance(a, Node)]
+
+    def __repr__(self) -> str:
+        return f"{self.name}={self.op}{list(self.shape)}:{self.dtype}"
+
+
+@dataclass
+class Graph:
+    nodes: list[Node]
+    inputs: list[Node]  # forward's tensor arguments, in order (non-tensor arguments are baked in as constants)
+    params: list[Node]  # module parameters and buffers; attrs["qualname"] is the name on the module
+    outputs: list[Node]
+    single_output: bool  # forward returns one tensor rather than a tuple/list
+    input_positions: list[int]  # position of each tensor input among forward's arguments
+    arg_count: int  # forward's argument count
+
+    def users(self) -> dict[Node, list[Node]]:
+        out: dict[Node, list[Node]] = {n: [] for n in self.nodes}
+        for n in self.nodes:
+            for a in n.inputs():
+                out[a].append(n)
+        return out
+
+    def ops(self) -> list[str]:
+        return sorted({f"{n.kind.value}:{n.op}" for n in self.nodes if n.kind not in (OpKind.INPUT, OpKind.PARAM)})

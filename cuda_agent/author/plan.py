@@ -1,0 +1,612 @@
+"""Plan: fusion groups (kernels) over the captured graph, lowered to device-neutral C statements.
+
+Every kernel is a *row kernel*: an iteration shape S split into outer dimensions (one row each) and reduced
+dimensions D (possibly none: a plain elementwise kernel). Per row it computes its reductions in dependency order —
+each one a loop over D whose body is the inlined producer chain — and then writes its outputs: full-shape ones in a
+last loop over D, reduced ones once per row. Softmax, log-softmax, logsumexp, layer/RMS/group norms and
+"reduce then broadcast back" chains are all one kernel this way. Pointwise and view nodes are inlined (recomputed
+where read); a reduction whose row structure differs from the kernel reading it gets its own kernel and a buffer.
+Contractions (mm/bmm) are kernels of their own reading their operands through strides, so transposed weights cost
+no copy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from cuda_agent.author.ir import BINARY, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported
+
+Coords = tuple[str, ...]
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= size
+    return strides[::-1]
+
+
+def linear_index(shape: tuple[int, ...], coords: Coords) -> str:
+    """C expression of the contiguous offset of ``coords`` in ``shape``; size-1 dims and zero coords drop out."""
+    terms = [
+        c if stride == 1 else f"{c} * {stride}LL"
+        for c, size, stride in zip(coords, shape, contiguous_strides(shape), strict=True)
+        if size != 1 and c != "0"
+    ]
+    return " + ".join(terms) or "0"
+
+
+def c_literal(value: bool | int | float, ctype: str) -> str:
+    if isinstance(value, bool) or ctype == "bool":
+        return "true" if value else "false"
+    if ctype in ("int64_t", "int32_t"):
+        return f"(({ctype}){int(value)})"
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    text = repr(float(value))
+    return f"{text}f" if ctype == "float" else text
+
+
+def reshape_coords(src: tuple[int, ...], dst: tuple[int, ...], coords: Coords) -> Coords:
+    """Coordinates in ``src`` of the element at ``coords`` of its contiguous reshape ``dst``: dims are matched
+    group by group (products equal), so dims a reshape leaves alone keep their coordinate expression as is."""
+    s_idx = [i for i, n in enumerate(src) if n != 1]
+    d_idx = [i for i, n in enumerate(dst) if n != 1]
+    out = ["0"] * len(src)
+    si = di = 0
+    while si < len(s_idx) or di < len(d_idx):
+        sg, dg = [s_idx[si]], [d_idx[di]]
+        sp, dp = src[s_idx[si]], dst[d_idx[di]]
+        si, di = si + 1, di + 1
+        while sp != dp:
+            if sp < dp:
+                sg.append(s_idx[si])
+                sp *= src[s_idx[si]]
+                si += 1
+            else:
+                dg.append(d_idx[di])
+                dp *= dst[d_idx[di]]
+                di += 1
+        if len(sg) == 1 and len(dg) == 1:
+            out[sg[0]] = coords[dg[0]]
+            continue
+        flat = linear_index(tuple(dst[i] for i in dg), tuple(coords[i] for i in dg))
+        stride = sp
+        for k, i in enumerate(sg):
+            stride //= src[i]
+            q = f"({flat})" if stride == 1 else f"(({flat}) / {stride}LL)"
+            out[i] = q if k == 0 else f"({q} % {src[i]}LL)"
+    return tuple(out)
+
+
+def broadcast_coords(src: tuple[int, ...], dst: tuple[int, ...], coords: Coords) -> Coords:
+    lead = len(dst) - len(src)
+    return tuple("0" if n == 1 else coords[lead + k] for k, n in enumerate(src))
+
+
+def view_coords(node: Node, coords: Coords) -> Coords:
+    """Coordinates in the view's source of the element at ``coords`` of the view."""
+    src = node.args[0]
+    a = node.attrs
+    if node.op == "reshape":
+        return reshape_coords(src.shape, node.shape, coords)
+    if node.op == "broadcast":
+        return broadcast_coords(src.shape, node.shape, coords)
+    if node.op == "broadcast_in_dim":
+        return tuple("0" if n == 1 else coords[d] for n, d in zip(src.shape, a["dims"], strict=True))
+    if node.op == "permute":
+        out = ["0"] * len(src.shape)
+        for k, p in enumerate(a["perm"]):
+            out[p] = coords[k]
+        return tuple(out)
+    if node.op == "slice":
+        out = list(coords)
+        d, start, step = a["dim"], a["start"], a["step"]
+        c = coords[d] if step == 1 else f"({coords[d]} * {step}LL)"
+        out[d] = c if start == 0 else f"({start}LL + {c})"
+        return tuple(out)
+    if node.op == "flip":
+        return tuple(f"({src.shape[j] - 1}LL - {c})" if j in a["dims"] else c for j, c in enumerate(coords))
+    if node.op == "select":
+        return (*coords[: a["dim"]], str(a["index"]), *coords[a["dim"] :])
+    raise Unsupported(f"view {node.op}")
+
+
+@dataclass
+class Scope:
+    """The statements of one loop body; values are computed once per scope and coordinate tuple."""
+
+    stmts: list[str] = field(default_factory=list)
+    memo: dict[tuple[int, Coords], str] = field(default_factory=dict)
+    identity_loads: dict[str, Node] = field(default_factory=dict)  # buffer -> node read at the kernel's own index
+
+
+@dataclass
+class FusedReduction:
+    node: Node
+    var: str
+    scope: Scope
+    value: str
+    # The body does not vary along the reduced dims (a reduction of a broadcast): emit.py computes it once and
+    # folds it (n * v for sum, v**n for prod, v for max/min) instead of looping.
+    invariant: bool = False
+
+
+@dataclass
+class RowKernel:
+    name: str
+    shape: tuple[int, ...]
+    dims: tuple[int, ...] | None  # None until a reduction fixes them; () = elementwise
+    reductions: list[FusedReduction] = field(default_factory=list)
+    out_scope: Scope = field(default_factory=Scope)
+    row_scope: Scope = field(default_factory=Scope)  # per row, after the reductions (reduced outputs)
+    full_outputs: list[tuple[str, str]] = field(default_factory=list)  # (buffer, value) at the kernel's index
+    reduced_outputs: list[tuple[str, str, str]] = field(default_factory=list)  # (buffer, value, offset per row)
+    reads: dict[str, Node] = field(default_factory=dict)  # buffers read (name -> node giving dtype)
+    writes: dict[str, Node] = field(default_factory=dict)
+    scan: Node | None = None  # a scan kernel: full outputs are the running reduction along ``dims``
+    values: int = 0  # statements named so far
+
+    @property
+    def reduced(self) -> tuple[int, ...]:
+        return self.dims or ()
+
+    @property
+    def outer(self) -> int:
+        return math.prod(n for i, n in enumerate(self.shape) if i not in self.reduced)
+
+    @property
+    def inner(self) -> int:
+        return math.prod(self.shape[i] for i in self.reduced)
+
+
+@dataclass
+class Operand:
+    buffer: str
+    node: Node
+    strides: list[int]  # element strides of the operand's (batch,) rows, cols as the contraction reads them
+
+
+@dataclass
+class GemmKernel:
+    name: str
+    node: Node
+    a: Operand
+    b: Operand
+    out: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    reads: dict[str, Node] = field(default_factory=dict)
+    writes: dict[str, Node] = field(default_factory=dict)
+
+
+Kernel = RowKernel | GemmKernel
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    kernels: list[Kernel]
+    buffers: dict[str, Node]  # every tensor the kernels touch: in*, p*, b* (scratch), out*
+    outputs: list[str]  # the buffer of each graph output, in order
+
+    def describe(self) -> str:
+        lines = []
+        for k in self.kernels:
+            if isinstance(k, GemmKernel):
+                lines.append(f"{k.name}: {k.node.op} [{k.batch}x]{k.m}x{k.n}x{k.k} -> {k.out}")
+            else:
+                reds = ", ".join(r.node.op for r in k.reductions) or "none"
+                lines.append(
+                    f"{k.name}: rows {k.outer} x {k.inner} over dims {list(k.reduced)} of {list(k.shape)}; "
+                    f"reductions {reds}; writes {', '.join(k.writes)}"
+                )
+        return "\n".join(lines)
+
+
+class Planner:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.kernels: list[Kernel] = []
+        self.buffers: dict[str, Node] = {}
+        self.materialized: dict[int, str] = {}
+        for n in graph.inputs + graph.params:
+            self.materialized[id(n)] = n.name
+            self.buffers[n.name] = n
+        self._tmp = 0
+
+    def plan(self) -> Plan:
+        outputs: list[str] = []
+        for i, node in enumerate(self.graph.outputs):
+            name = f"out{i}"
+            if id(node) in self.materialized:  # an input, parameter or another output returned as is: copy it
+                node = Node(f"copy{i}", "alias", OpKind.POINTWISE, node.shape, node.dtype, (node,))
+            self.materialize(node, name)
+            outputs.append(name)
+        return Plan(self.graph, self.kernels, self.buffers, outputs)
+
+    def materialize(self, node: Node, name: str | None = None) -> str:
+        """The buffer holding ``node``, planning the kernel that writes it when there is none yet."""
+        if id(node) in self.materialized:
+            return self.materialized[id(node)]
+        if name is None:
+            name = f"b{self._tmp}"
+            self._tmp += 1
+        # The kernel's name and the buffer are recorded only once its producers are planned (they come first).
+        if node.kind is OpKind.CONTRACTION and self._diagonal_side(node) is None:
+            gemm = self._gemm(node, name)
+            return self._add(gemm, node, name)
+        for red in self._inlined_reductions(node):
+            if red is not node and self._needs_staging(red):
+                self.materialize(red.args[0])  # before this kernel inlines the staged producer chain itself
+        row = node if node.kind is OpKind.REDUCTION else self._row_reduction(node)
+        if node.kind is OpKind.SCAN:
+            # One row per thread, sequential along the scanned dim: the scan's input is inlined into the loop.
+            kernel = RowKernel("", node.shape, (node.attrs["dim"],), scan=node)
+            coords = tuple(f"i{j}" for j in range(len(node.shape)))
+            value = self.value(kernel, kernel.out_scope, node.args[0], coords)
+            kernel.full_outputs.append((name, value))
+        elif row is not None:
+            # A per-row result (a reduction, or arithmetic on reductions such as logsumexp): iterate the reduced
+            # tensor's rows and write one value per row.
+            if node is row and self._needs_staging(row):
+                self.materialize(row.args[0])
+            kernel = RowKernel("", row.args[0].shape, tuple(row.attrs["dims"]))
+            coords = self._expected(kernel, row)
+            value = self.value(kernel, kernel.row_scope, node, coords)
+            kernel.reduced_outputs.append((name, value, linear_index(node.shape, coords)))
+        else:
+            kernel = RowKernel("", node.shape, None)
+            coords = tuple(f"i{j}" for j in range(len(node.shape)))
+            value = self.value(kernel, kernel.out_scope, node, coords)
+            kernel.full_outputs.append((name, value))
+        kernel.writes[name] = node
+        return self._add(kernel, node, name)
+
+    def _add(self, kernel: Kernel, node: Node, name: str) -> str:
+        kernel.name = f"k{len(self.kernels)}_{node.op}"
+        self.kernels.append(kernel)
+        self.materialized[id(node)] = name
+        self.buffers[name] = node
+        return name
+
+    # --- values -----------------------------------------------------------------------------------------------
+    def value(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
+        key = (id(node), coords)
+        if key in scope.memo:
+            return scope.memo[key]
+        expr = self._value(kernel, scope, node, coords)
+        if node.kind in (OpKind.POINTWISE, OpKind.INPUT, OpKind.PARAM, OpKind.CONTRACTION) or (
+            node.kind is OpKind.REDUCTION and not expr.startswith("red")
+        ):
+            kernel.values += 1  # names unique in the kernel: emit.py may hoist statements of several scopes together
+            var = f"t{kernel.values}"
+            scope.stmts.append(f"const {node.ctype} {var} = {expr};")
+            expr = var
+        scope.memo[key] = expr
+        return expr
+
+    def _value(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
+        if node.kind is OpKind.CONST:
+            return c_literal(node.attrs["value"], node.ctype)
+        if node.kind is OpKind.VIEW:
+            return self.value(kernel, scope, node.args[0], view_coords(node, coords))
+        if node.kind is OpKind.REDUCTION and self._fusable(kernel, node, coords):
+            if kernel.dims is None:
+                kernel.dims = tuple(node.attrs["dims"])
+            return self._fuse_reduction(kernel, node)
+        if node.kind is OpKind.CONTRACTION and id(node) not in self.materialized:
+            side = self._diagonal_side(node)
+            if side is not None:
+                return self._diagonal_product(kernel, scope, node, side, coords)
+        if id(node) in self.materialized or node.kind in (OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.SCAN):
+            return self._load(kernel, scope, node, self.materialize(node), coords)
+        if node.kind is OpKind.POINTWISE:
+            return self._pointwise(kernel, scope, node, coords)
+        if node.kind is OpKind.INDEX:
+            return self._index(kernel, scope, node, coords)
+        if node.kind is OpKind.WINDOW:
+            return self._window(kernel, scope, node, coords)
+        raise Unsupported(node.op)
+
+    def _index(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
+        """Reads whose coordinates come from data (an index tensor) or from a piece of the output (cat)."""
+        op, a = node.op, node.attrs
+        if op == "iota":
+            return f"(({node.ctype})({a['start']} + {a['step']} * {coords[0]}))"
+        if op == "cat":
+            # Every piece is read at its clamped coordinate (always in bounds) and the right one selected: no
+            # branch may read outside its source.
+            dim, offset, pieces = a["dim"], 0, []
+            for src in node.args:
+                size = src.shape[dim]
+                local = f"({coords[dim]} - {offset}LL)" if offset else coords[dim]
+                clamped = (
+                    local
+                    if size == node.shape[dim]
+                    else f"({local} < 0 ? 0 : ({local} > {size - 1} ? {size - 1} : {local}))"
+                )
+                src_coords = (*coords[:dim], clamped, *coords[dim + 1 :])
+                pieces.append((offset + size, self.value(kernel, scope, src, src_coords)))
+                offset += size
+            expr = pieces[-1][1]
+            for end, value in reversed(pieces[:-1]):
+                expr = f"({coords[dim]} < {end}LL ? {value} : {expr})"
+            return expr
+        src, idx = node.args
+        if op == "embedding":
+            row = self.value(kernel, scope, idx, coords[:-1])
+            return self.value(kernel, scope, src, (f"(int64_t){row}", coords[-1]))
+        if op == "index":
+            n = len(idx.shape)
+            i = self.value(kernel, scope, idx, coords[:n])
+            wrapped = f"((int64_t){i} < 0 ? (int64_t){i} + {src.shape[0]}LL : (int64_t){i})"
+            return self.value(kernel, scope, src, (wrapped, *coords[n:]))
+        dim = a["dim"]
+        i = self.value(kernel, scope, idx, (coords[dim],) if op == "index_select" else coords)
+        return self.value(kernel, scope, src, (*coords[:dim], f"(int64_t){i}", *coords[dim + 1 :]))
+
+    def _window(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
+        """Pooling: a small loop over the window of a materialized source (padding cells are skipped)."""
+        src = node.args[0]
+        buffer = self.materialize(src)
+        kernel.reads[buffer] = src
+        a = node.attrs
+        (kh, kw), (sh, sw), (ph, pw) = a["kernel"], a["stride"], a["pad"]
+        height, width = src.shape[2], src.shape[3]
+        identity, combine = REDUCTIONS[a["reduce"]]
+        kernel.values += 1
+        var = f"w{kernel.values}"
+        h, w = f"h_{var}", f"x_{var}"
+        load = f"{buffer}[{linear_index(src.shape, (coords[0], coords[1], h, w))}]"
+        scope.stmts += [
+            f"{node.ctype} {var} = ({node.ctype})({identity});",
+            f"for (int64_t a_{var} = 0; a_{var} < {kh}; ++a_{var}) {{",
+            f"    const int64_t {h} = {coords[2]} * {sh} - {ph} + a_{var};",
+            f"    if ({h} < 0 || {h} >= {height}) continue;",
+            f"    for (int64_t b_{var} = 0; b_{var} < {kw}; ++b_{var}) {{",
+            f"        const int64_t {w} = {coords[3]} * {sw} - {pw} + b_{var};",
+            f"        if ({w} < 0 || {w} >= {width}) continue;",
+            f"        {var} = {combine.format(a=var, v=load)};",
+            "    }",
+            "}",
+        ]
+        return f"({var} / {c_literal(kh * kw, node.ctype)})" if a["reduce"] == "sum" else var
+
+    def _load(self, kernel: RowKernel, scope: Scope, node: Node, buffer: str, coords: Coords) -> str:
+        kernel.reads[buffer] = node
+        if node.shape == kernel.shape and all(
+            c == f"i{j}" or n == 1 for j, (c, n) in enumerate(zip(coords, node.shape, strict=True))
+        ):
+            # Read at the kernel's own element: emit.py may load these 16 bytes at a time.
+            scope.identity_loads[buffer] = node
+            return f"ld_{buffer}"
+        return f"{buffer}[{linear_index(node.shape, coords)}]"
+
+    def _pointwise(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
+        vals = []
+        for a in node.args:
+            if isinstance(a, Node):
+                v = self.value(kernel, scope, a, broadcast_coords(a.shape, node.shape, coords))
+                vals.append(v if a.ctype == node.ctype or node.op in _MIXED else f"(({node.ctype}){v})")
+            else:
+                vals.append(c_literal(a, node.ctype if node.op not in _MIXED else "double"))
+        return pointwise_expr(node, vals)
+
+    # --- reductions -------------------------------------------------------------------------------------------
+    def _inlined_reductions(self, node: Node) -> list[Node]:
+        """Reductions ``node`` reads through pointwise and view nodes (what a kernel computing it would fuse)."""
+        found: list[Node] = []
+        stack, seen = [node], set()
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or id(n) in self.materialized:
+                continue
+            seen.add(id(n))
+            if n.kind is OpKind.REDUCTION:
+                found.append(n)
+            elif n.kind in (OpKind.POINTWISE, OpKind.VIEW):
+                stack.extend(n.inputs())
+        return found
+
+    def _row_reduction(self, node: Node) -> Node | None:
+        return next((r for r in self._inlined_reductions(node) if r.shape == node.shape and r.attrs["dims"]), None)
+
+    def _needs_staging(self, red: Node) -> bool:
+        """Whether the reduction's input itself depends on reductions of another row structure: then the input is
+        written once (its own row kernel) instead of every such reduction being recomputed per use."""
+        src = red.args[0]
+        return any(
+            r.args[0].shape != src.shape or r.attrs["dims"] != red.attrs["dims"] for r in self._inlined_reductions(src)
+        )
+
+    def _expected(self, kernel: RowKernel, node: Node) -> Coords:
+        dims = node.attrs["dims"]
+        if node.attrs["keepdim"] or len(node.shape) == len(kernel.shape):
+            return tuple("0" if j in dims else f"i{j}" for j in range(len(kernel.shape)))
+        return tuple(f"i{j}" for j in range(len(kernel.shape)) if j not in dims)
+
+    def _fusable(self, kernel: RowKernel, node: Node, coords: Coords) -> bool:
+        if node.args[0].shape != kernel.shape or kernel.dims not in (None, tuple(node.attrs["dims"])):
+            return False
+        if kernel.dims is None and kernel.full_outputs:
+            return False
+        if not node.attrs["dims"]:
+            return False
+        want = self._expected(kernel, node)
+        return all(c == w or n == 1 for c, w, n in zip(coords, want, node.shape, strict=True))
+
+    def _fuse_reduction(self, kernel: RowKernel, node: Node) -> str:
+        for r in kernel.reductions:
+            if r.node is node:
+                return r.var
+        if node.op not in REDUCTIONS:
+            raise Unsupported(node.op)
+        scope = Scope()
+        coords = tuple(f"i{j}" for j in range(len(kernel.shape)))
+        value = self.value(kernel, scope, node.args[0], coords)
+        var = f"red{len(kernel.reductions)}"
+        inner = "|".join(f"i{j}" for j in node.attrs["dims"])
+        text = " ".join([*scope.stmts, value])
+        invariant = not scope.identity_loads and re.search(rf"\b({inner})\b", text) is None
+        kernel.reductions.append(FusedReduction(node, var, scope, value, invariant))
+        return var
+
+    # --- contractions -----------------------------------------------------------------------------------------
+    def _diagonal_side(self, node: Node) -> int | None:
+        """Which operand of a 2-D matmul is a diagonal matrix built in the graph (``torch.diag(d)`` traces to
+        where(iota_i == iota_k, d, 0)), or None. diag(d) @ B is then a row scaling and A @ diag(d) a column
+        scaling: exact, O(n^2) instead of O(n^3)."""
+        if node.op != "mm":
+            return None
+        for side, operand in enumerate(node.args[:2]):
+            if _is_diagonal(operand):
+                return side
+        return None
+
+    def _diagonal_product(self, kernel: RowKernel, scope: Scope, node: Node, side: int, coords: Coords) -> str:
+        diag, other = node.args[side], node.args[1 - side]
+        i = coords[0] if side == 0 else coords[1]  # the row (left diag) or column (right diag) it scales
+        d = self.value(kernel, scope, diag, (i, i))
+        return f"({d} * {self.value(kernel, scope, other, coords)})"
+
+    def _operand(self, node: Node) -> Operand:
+        base, strides = node, None
+        chain: list[Node] = []
+        while (
+            id(base) not in self.materialized
+            and base.kind is OpKind.VIEW
+            and base.op in ("permute", "broadcast", "reshape")
+        ):
+            chain.append(base)
+            base = base.args[0]
+        if id(base) in self.materialized or base.kind in (OpKind.CONTRACTION, OpKind.REDUCTION):
+            strides = contiguous_strides(base.shape)
+            for view in reversed(chain):
+                strides = _view_strides(view, strides)
+                if strides is None:
+                    break
+        if strides is None:  # an arithmetic producer or an irregular view: materialize it contiguously first
+            base, strides = node, contiguous_strides(node.shape)
+        buffer = self.materialize(base)
+        return Operand(buffer, self.buffers[buffer], strides)
+
+    def _gemm(self, node: Node, out: str) -> GemmKernel:
+        if node.dtype != "float32":
+            raise Unsupported(f"{node.op} in {node.dtype}")
+        a, b = (self._operand(x) for x in node.args[:2])
+        ash, bsh = node.args[0].shape, node.args[1].shape
+        batch = ash[0] if node.op == "bmm" else 1
+        m, k, n = ash[-2], ash[-1], bsh[-1]
+        kernel = GemmKernel("", node, a, b, out, batch, m, n, k)
+        kernel.reads = {a.buffer: a.node, b.buffer: b.node}
+        kernel.writes = {out: node}
+        return kernel
+
+
+_MIXED = frozenset(
+    {"cast", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan"}
+)
+
+
+def _view_strides(view: Node, strides: list[int]) -> list[int] | None:
+    src = view.args[0].shape
+    if view.op == "permute":
+        return [strides[p] for p in view.attrs["perm"]]
+    if view.op == "broadcast":
+        lead = len(view.shape) - len(src)
+        return [0] * lead + [
+            0 if n == 1 and view.shape[lead + k] != 1 else s for k, (n, s) in enumerate(zip(src, strides, strict=True))
+        ]
+    if [n for n in src if n != 1] == [n for n in view.shape if n != 1]:  # a reshape adding or removing 1s only
+        kept = iter(s for n, s in zip(src, strides, strict=True) if n != 1)
+        return [0 if n == 1 else next(kept) for n in view.shape]
+    return None
+
+
+def _follow_views(node: Node, coords: Coords) -> tuple[Node, Coords]:
+    while node.kind is OpKind.VIEW:
+        node, coords = node.args[0], view_coords(node, coords)
+    return node, coords
+
+
+def _is_diagonal(node: Node) -> bool:
+    """node[i, k] == (i == k ? x : 0) where the condition compares two unit-step iotas read at i and at k."""
+    node, coords = _follow_views(node, ("I", "K"))
+    if (
+        len(node.shape) != 2
+        or node.shape[0] != node.shape[1]
+        or node.op != "where"
+        or node.kind is not OpKind.POINTWISE
+    ):
+        return False
+    cond, _, zero = node.args
+    zero_value = zero.attrs.get("value") if isinstance(zero, Node) and zero.kind is OpKind.CONST else zero
+    if zero_value != 0 or not isinstance(cond, Node):
+        return False
+    cond, ccoords = _follow_views(cond, broadcast_coords(cond.shape, node.shape, coords))
+    if cond.op != "eq" or not all(isinstance(a, Node) for a in cond.args):
+        return False
+    read = []
+    for arg in cond.args:
+        iota, icoords = _follow_views(arg, broadcast_coords(arg.shape, cond.shape, ccoords))
+        if iota.op != "iota" or iota.attrs["start"] != 0 or iota.attrs["step"] != 1:
+            return False
+        read.append(icoords[0])
+    return sorted(read) == ["I", "K"]
+
+
+def pointwise_expr(node: Node, v: list[str]) -> str:
+    op, a, t = node.op, node.attrs, node.ctype
+
+    def lit(x: float) -> str:
+        return c_literal(x, t)
+
+    if op == "pow" and len(node.args) == 2 and not isinstance(node.args[1], Node) and node.args[1] in (2, 2.0):
+        return f"({v[0]} * {v[0]})"
+    if op in UNARY:
+        return UNARY[op].format(*v)
+    if op in BINARY:
+        return BINARY[op].format(*v)
+    if op == "cast":
+        return f"(({t})({v[0]}))"
+    if op == "clamp":
+        out = v[0]
+        if a["min"] is not None:
+            out = f"fmax({out}, {lit(a['min'])})"
+        if a["max"] is not None:
+            out = f"fmin({out}, {lit(a['max'])})"
+        return out
+    if op == "gelu":
+        if a["approximate"] == "tanh":
+            return (
+                f"({lit(0.5)} * {v[0]} * ({lit(1.0)} + tanh({lit(0.7978845608028654)} * "
+                f"({v[0]} + {lit(0.044715)} * {v[0]} * {v[0]} * {v[0]}))))"
+            )
+        return f"({lit(0.5)} * {v[0]} * ({lit(1.0)} + erf({v[0]} * {lit(0.7071067811865476)})))"
+    if op == "leaky_relu":
+        return f"({v[0]} > 0 ? {v[0]} : {lit(a['slope'])} * {v[0]})"
+    if op == "elu":
+        return (
+            f"({v[0]} > 0 ? {lit(a['scale'])} * {v[0]} : "
+            f"{lit(a['scale'] * a['alpha'])} * expm1({lit(a['input_scale'])} * {v[0]}))"
+        )
+    if op == "softplus":
+        bx = f"({lit(a['beta'])} * {v[0]})"
+        return f"({bx} > {lit(a['threshold'])} ? {v[0]} : log1p(exp({bx})) / {lit(a['beta'])})"
+    if op == "threshold":
+        return f"({v[0]} > {lit(a['threshold'])} ? {v[0]} : {lit(a['value'])})"
+    if op == "lerp":
+        return f"({v[0]} + {lit(a['weight'])} * ({v[1]} - {v[0]}))"
+    raise Unsupported(op)
+
+
+def plan_graph(graph: Graph) -> Plan:
+    return Planner(graph).plan()

@@ -1,0 +1,121 @@
+"""Search: author a problem (in a sandboxed child: the problem's code is the tenant's), then hand out its variants
+in order and keep score of what each one measured.
+
+Variants differ in launch shape (threads per block, a block or a thread per row), access width (float4 or
+scalar) and GEMM tile; the first is the default guess, the rest are tried while the time budget lasts. The
+environment keeps the best verified candidate, so the search only decides what to try next.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cuda_agent.author.capture import capture_problem
+from cuda_agent.author.emit import Variant, candidate_files
+from cuda_agent.author.ir import Unsupported
+from cuda_agent.author.plan import GemmKernel, Plan, plan_graph
+
+DEFAULT_BUDGET_S = 180.0
+AUTHOR_TIMEOUT_S = 120.0
+_MEDIAN = re.compile(r"candidate median: (?P<ms>[0-9.]+) ms")
+
+
+def variants(plan: Plan, device: str) -> list[Variant]:
+    """Distinct variants worth timing for this plan (knobs the plan has no use for are not varied)."""
+    if device == "cpu":
+        return [Variant(), Variant(omp="always")]
+    has_rows = any(not isinstance(k, GemmKernel) and k.reduced for k in plan.kernels)
+    has_gemm = any(isinstance(k, GemmKernel) for k in plan.kernels)
+    out = [Variant(), Variant(block=512), Variant(block=128), Variant(block=1024), Variant(vec=1)]
+    if has_rows:
+        out += [Variant(rows="block"), Variant(rows="thread")]
+    if has_gemm:
+        out += [Variant(gemm="tiled"), Variant(gemm="tiled", tile=16)]
+    return out
+
+
+@dataclass
+class Authored:
+    """What the author made of one problem: its plan and each variant's files, or why it cannot."""
+
+    unsupported: str = ""
+    plan: str = ""
+    variants: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # (label, candidate files)
+
+
+def author_problem(source: str, device: str) -> Authored:
+    """Capture, plan and emit in this process (the problem's code runs here: see ``author_sandboxed``)."""
+    try:
+        plan = plan_graph(capture_problem(source))
+    except Unsupported as exc:
+        return Authored(unsupported=str(exc))
+    return Authored(
+        plan=plan.describe(),
+        variants=[(v.label(), candidate_files(plan, source, device, v)) for v in variants(plan, device)],
+    )
+
+
+def author_sandboxed(source: str, device: str) -> Authored:
+    """``author_problem`` in a sandboxed child (no network, no GPU, bounded memory and time), as the environment
+    describes problems: tracing runs the tenant's Model and get_inputs code."""
+    from cuda_agent.sandbox.child import ChildFailed, run_python_child
+
+    stdin = json.dumps({"source": source, "device": device}).encode()
+    try:
+        answer = run_python_child("cuda_agent.author", stdin, timeout_s=AUTHOR_TIMEOUT_S)
+    except ChildFailed as exc:
+        raise RuntimeError(f"the author's child failed: {exc}") from None
+    data: dict[str, Any] = json.loads(answer)
+    return Authored(data["unsupported"], data["plan"], [(label, files) for label, files in data["variants"]])
+
+
+def main() -> None:
+    """The child: problem source and device as JSON on stdin, ``Authored`` as JSON to argv[1]."""
+    request = json.loads(sys.stdin.read())
+    authored = author_problem(request["source"], request["device"])
+    Path(sys.argv[1]).write_text(json.dumps(authored.__dict__))
+
+
+@dataclass
+class Trial:
+    label: str
+    correct: bool
+    median_ms: float | None
+
+
+@dataclass
+class Search:
+    """One problem's search over the authored variants, within a time budget."""
+
+    authored: Authored
+    budget_s: float = DEFAULT_BUDGET_S
+    trials: list[Trial] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    _next: int = 0
+
+    def next_files(self) -> tuple[str, dict[str, str]] | None:
+        """The next variant (label, files), or None when the variants or the budget are spent. After a first
+        variant that is wrong, the others would be wrong the same way (same plan): the search stops."""
+        if self._next >= len(self.authored.variants) or time.monotonic() - self.started > self.budget_s:
+            return None
+        if self.trials and not any(t.correct for t in self.trials):
+            return None
+        self._next += 1
+        return self.authored.variants[self._next - 1]
+
+    def record(self, label: str, verify_text: str) -> Trial:
+        """What the verify tool said about variant ``label``."""
+        match = _MEDIAN.search(verify_text)
+        trial = Trial(label, verify_text.startswith("verify: correct"), float(match["ms"]) if match else None)
+        self.trials.append(trial)
+        return trial
+
+    def best(self) -> Trial | None:
+        timed = [t for t in self.trials if t.correct]
+        return min(timed, key=lambda t: t.median_ms if t.median_ms is not None else float("inf"), default=None)

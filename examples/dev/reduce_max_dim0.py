@@ -1,0 +1,23 @@
+"""Maximum over the leading dimension (down the columns) of an 8 GB float32 matrix."""
+
+import torch
+import torch.nn as nn
+
+ROWS = 16384
+COLS = 131072
+
+
+class Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(x, dim=0)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS)]
+
+
+def get_init_inputs():
+    return []

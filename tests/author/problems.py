@@ -1,0 +1,35 @@
+"""Small problems in the KernelBench format for the author's tests (sizes chosen for a fast CPU run)."""
+
+from __future__ import annotations
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+
+
+def problem(init: str, forward: str, inputs: str, init_inputs: str = "[]", args: str = "x") -> str:
+    return (
+        f"{HEADER}class Model(nn.Module):\n    def __init__(self, *args):\n        super().__init__()\n{init}\n"
+        f"    def forward(self, {args}):\n{forward}\n\n\n"
+        f"def get_inputs():\n    return {inputs}\n\n\ndef get_init_inputs():\n    return {init_inputs}\n"
+    )
+
+
+GELU_RESIDUAL = problem(
+    "        pass",
+    "        y = F.gelu(x) * 0.5\n        return y + r",
+    "[torch.randn(64, 300), torch.randn(64, 300)]",
+    args="x, r",
+)
+RMSNORM = problem(
+    "        self.weight = nn.Parameter(torch.randn(256))",
+    "        scale = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)\n        return x * scale * self.weight",
+    "[torch.randn(4, 32, 256)]",
+)
+SOFTMAX = problem("        pass", "        return torch.softmax(x, dim=-1)", "[torch.randn(128, 513)]")
+SUM_SUBTRACT = problem(
+    "        pass", "        s = x.sum(dim=1, keepdim=True)\n        return x - s / 7.0", "[torch.randn(16, 40, 24)]"
+)
+LAYERNORM = problem("        self.norm = nn.LayerNorm(96)", "        return self.norm(x)", "[torch.randn(32, 96)]")
+LINEAR_RELU = problem(
+    "        self.fc = nn.Linear(48, 40)", "        return torch.relu(self.fc(x))", "[torch.randn(24, 48)]"
+)
+SORT = problem("        pass", "        return torch.sort(x, dim=1)[0]", "[torch.randn(8, 32)]")

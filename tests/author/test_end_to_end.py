@@ -1,0 +1,61 @@
+"""The heuristic policy end to end on device cpu: real g++ builds, verified by the platform's evaluation; and the
+CUDA it writes builds with nvcc (no GPU needed to compile)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuda_agent.agent import KernelEnv, create_policy, run_rollout
+from cuda_agent.author import author_problem
+from cuda_agent.contracts.agent import RolloutConfig, TerminationReason
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.common import CompileStatus, Device
+from cuda_agent.contracts.compile import CompileRequest
+from cuda_agent.verify import LocalBackend
+from tests.author import problems
+
+CPU = RolloutConfig(device=Device.CPU, timing_trials=3, warmup=1, correctness_trials=2, measure_baselines=False)
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize(
+    "source",
+    [problems.GELU_RESIDUAL, problems.RMSNORM, problems.SOFTMAX, problems.SUM_SUBTRACT, problems.LINEAR_RELU],
+    ids=["gelu_residual", "rmsnorm", "softmax", "sum_subtract", "linear_relu"],
+)
+def test_heuristic_returns_a_verified_cpu_candidate(source: str) -> None:
+    traj = run_rollout(KernelEnv(source, config=CPU), create_policy("heuristic"))
+    assert traj.termination is TerminationReason.FINISHED, traj.termination_detail
+    assert [c.name for c in traj.turns[0].assistant.tool_calls] == ["write_file", "write_file", "verify"]
+    assert any(e.kind == "verify" for t in traj.turns for e in t.reward_events)
+    assert traj.best is not None and traj.best.result.correct, traj.turns[0].observations[-1].content
+    assert "kernels/author.cpp" in traj.best.candidate.files
+
+
+def test_unsupported_problem_ends_with_the_op_and_no_candidate() -> None:
+    traj = run_rollout(KernelEnv(problems.SORT, config=CPU), create_policy("heuristic"))
+    assert traj.termination is TerminationReason.FINISHED and traj.best is None and len(traj.turns) == 1
+    assert traj.termination_detail == "unsupported: aten.sort"
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("source", [problems.SOFTMAX, problems.LINEAR_RELU, problems.GELU_RESIDUAL])
+def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
+    _, files = author_problem(source, "cuda").variants[0]
+    request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
+    result = LocalBackend().compile(request)
+    assert result.status is CompileStatus.OK, result.log[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "source",
+    [problems.GELU_RESIDUAL, problems.RMSNORM, problems.SOFTMAX, problems.SUM_SUBTRACT, problems.LINEAR_RELU],
+    ids=["gelu_residual", "rmsnorm", "softmax", "sum_subtract", "linear_relu"],
+)
+def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
+    config = RolloutConfig(device=Device.CUDA, timing_trials=20, warmup=3)
+    traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=60.0))
+    assert traj.termination is TerminationReason.FINISHED, traj.termination_detail
+    assert traj.best is not None and traj.best.result.correct, traj.turns[0].observations[-1].content
+    assert "kernels/author.cu" in traj.best.candidate.files

@@ -1,0 +1,91 @@
+"""Capture and plan on small modules: what gets fused into one kernel, what stays apart, what is refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
+from cuda_agent.author.plan import GemmKernel, RowKernel, reshape_coords
+from tests.author import problems
+
+
+def _kernels(source: str) -> list[RowKernel | GemmKernel]:
+    return plan_graph(capture_problem(source)).kernels
+
+
+def test_capture_is_on_meta_and_names_parameters() -> None:
+    graph = capture_problem(problems.LINEAR_RELU)
+    assert [p.attrs["qualname"] for p in graph.params] == ["fc.weight", "fc.bias"]
+    assert [n.shape for n in graph.inputs] == [(24, 48)] and graph.single_output
+    assert any(n.kind is OpKind.CONTRACTION and n.op == "mm" for n in graph.nodes)
+
+
+def test_multi_statement_chain_is_one_elementwise_kernel() -> None:
+    (kernel,) = _kernels(problems.GELU_RESIDUAL)
+    assert isinstance(kernel, RowKernel) and kernel.reduced == () and kernel.outer == 64 * 300
+    assert set(kernel.reads) == {"in0", "in1"} and set(kernel.writes) == {"out0"}
+
+
+@pytest.mark.parametrize("source", [problems.SOFTMAX, problems.LAYERNORM, problems.RMSNORM])
+def test_row_normalizations_fuse_into_one_kernel(source: str) -> None:
+    (kernel,) = _kernels(source)
+    assert isinstance(kernel, RowKernel) and kernel.reduced == (len(kernel.shape) - 1,)
+    assert len(kernel.reductions) >= 1 and kernel.full_outputs
+
+
+def test_softmax_reduces_max_then_sum() -> None:
+    (kernel,) = _kernels(problems.SOFTMAX)
+    assert [r.node.op for r in kernel.reductions] == ["amax", "sum"]
+
+
+def test_reduction_over_a_middle_dim_then_broadcast() -> None:
+    (kernel,) = _kernels(problems.SUM_SUBTRACT)
+    assert kernel.reduced == (1,) and kernel.outer == 16 * 24 and kernel.inner == 40
+
+
+def test_linear_reads_the_transposed_weight_through_strides() -> None:
+    gemm, epilogue = _kernels(problems.LINEAR_RELU)
+    assert isinstance(gemm, GemmKernel) and (gemm.m, gemm.n, gemm.k) == (24, 40, 48)
+    assert gemm.b.buffer == "p0" and gemm.b.strides == [1, 48]  # fc.weight (40, 48) read as (48, 40)
+    assert isinstance(epilogue, RowKernel) and set(epilogue.reads) == {gemm.out, "p1"}
+
+
+@pytest.mark.parametrize("forward", ["return torch.diag(d) @ x", "return x.t() @ torch.diag(d)"])
+def test_product_with_a_diagonal_matrix_is_a_scaling(forward: str) -> None:
+    source = problems.problem("        pass", f"        {forward}", "[torch.randn(6), torch.randn(6, 6)]", args="d, x")
+    (kernel,) = _kernels(source)
+    assert isinstance(kernel, RowKernel) and kernel.reduced == ()  # one elementwise pass, no GEMM
+
+
+def test_reductions_of_another_row_structure_are_staged_once() -> None:
+    source = problems.problem(
+        "        pass",
+        "        y = torch.softmax(x, dim=-1)\n        return y - y.sum(dim=0)",
+        "[torch.randn(8, 16)]",
+    )
+    kernels = _kernels(source)
+    # softmax rows written once, then the column sums fused with the subtraction reading them.
+    assert [k.reduced for k in kernels] == [(1,), (0,)]
+
+
+def test_unsupported_op_is_named() -> None:
+    with pytest.raises(Unsupported, match=r"aten\.sort"):
+        capture_problem(problems.SORT)
+
+
+def test_reduction_of_a_broadcast_is_folded() -> None:
+    source = problems.problem(
+        "        pass", "        return x.unsqueeze(1).expand(4, 9, 6).sum(1)", "[torch.randn(4, 6)]"
+    )
+    (kernel,) = _kernels(source)
+    assert [r.invariant for r in kernel.reductions] == [True]
+
+
+def test_reshape_coords_keep_untouched_dims() -> None:
+    assert reshape_coords((4, 6), (4, 1, 6), ("a", "0", "b")) == ("a", "b")
+    merged = reshape_coords((2, 3), (6,), ("k",))
+    assert merged == ("((k) / 3LL)", "((k) % 3LL)")
+    for k in range(6):  # the expressions really index the same element
+        i, j = (eval(e.replace("LL", "").replace("/", "//").replace("k", str(k))) for e in merged)
+        assert torch.arange(6).view(2, 3)[i, j].item() == k
