@@ -19,6 +19,7 @@ from cuda_agent.bench.optimize_bench import Against
 from cuda_agent.contracts.common import Device, JobKind, QueueName, TolerancePreset
 from cuda_agent.dataset.cli import dataset_app
 from cuda_agent.settings import ConfigError, get_settings
+from cuda_agent.train.cli import serve_policy, train_app
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_enable=False)
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
@@ -26,6 +27,8 @@ bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=T
 app.add_typer(db_app, name="db")
 app.add_typer(bench_app, name="bench")
 app.add_typer(dataset_app, name="dataset")
+app.add_typer(train_app, name="train")
+app.command("serve-policy")(serve_policy)
 console = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 

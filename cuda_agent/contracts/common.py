@@ -86,6 +86,7 @@ class JobKind(StrEnum):
     OPTIMIZE = "optimize"  # an agent rollout behind POST /v1/optimize
     SYNTHESIZE_DATASET = "synthesize_dataset"  # a dataset synthesis behind POST /v1/datasets
     MEASURE_PROBLEM = "measure_problem"  # a problem measured alone (no candidate): a synthesis's GPU filters
+    START_TRAINING = "start_training"  # launches a training run's process behind POST /v1/runs; the run outlives it
 
 
 class JobStatus(StrEnum):

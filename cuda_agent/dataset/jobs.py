@@ -105,7 +105,7 @@ def synthesize_dataset_job(request: SynthesizeRequest, context: JobContext) -> S
     """Synthesize and store a dataset; a dataset this same request already made is returned, not made again."""
     options = synthesis_options(request)
     name = dataset_name(request, options)
-    existing = find_dataset(name)
+    existing = find_dataset(name, context.tenant)
     if existing is not None:
         dataset_id, spec = existing
         if (spec.get("fingerprint"), spec.get("n"), spec.get("seed")) != (
@@ -125,7 +125,7 @@ def synthesize_dataset_job(request: SynthesizeRequest, context: JobContext) -> S
     fan_out = request.filters.device is Device.CUDA and not get_settings().embedded
     check = measure_on_eval_queue(request.filters, context) if fan_out else filter_problems
     report = synthesize(request.n, request.seed, options, progress=progress, check=check)
-    dataset_id = save_report(name, report)
+    dataset_id = save_report(name, report, tenant=context.tenant)
     stats = report.stats.model_dump(mode="json")
     return SynthesizeResult(dataset_id=dataset_id, name=name, kept=report.stats.kept, stats=stats, reused=False)
 

@@ -65,12 +65,33 @@ def _with_hashes(records: list[DatasetRecord]) -> list[DatasetRecord]:
     return [r if r.source_hash else r.model_copy(update={"source_hash": problem_hash(r.code)}) for r in records]
 
 
+def _stored_name(name: str, tenant: str | None) -> str:
+    """Names are unique per owner: a tenant's live under its own prefix ('/' is in neither a tenant nor a dataset
+    name), so one tenant's name neither collides with nor reveals another's."""
+    return name if tenant is None else f"{tenant}/{name}"
+
+
+def _shown_name(dataset: Dataset) -> str:
+    return dataset.name.removeprefix(f"{dataset.tenant}/") if dataset.tenant else dataset.name
+
+
+def _visible(dataset: Dataset | None, tenant: str | None) -> Dataset | None:
+    """The dataset when ``tenant`` owns it (None: the operator's own, made from the CLI), else None: another
+    tenant's dataset does not exist for this one."""
+    return dataset if dataset is not None and dataset.tenant == tenant else None
+
+
 def save_dataset(
-    name: str, records: list[DatasetRecord], spec: dict[str, Any] | None = None, split: str = "train"
+    name: str,
+    records: list[DatasetRecord],
+    spec: dict[str, Any] | None = None,
+    split: str = "train",
+    tenant: str | None = None,
 ) -> str:
     """The dataset's id; idempotent for the same name and problems, DatasetConflict for other problems."""
     records = _with_hashes(records)
     digest = content_hash(records)
+    name = _stored_name(name, tenant)
     with session_scope() as session:
         existing = session.scalar(select(Dataset).where(Dataset.name == name))
         if existing is not None:
@@ -79,6 +100,7 @@ def save_dataset(
             raise DatasetConflict(f"dataset {name!r} exists with other problems; save under a new name")
         dataset = Dataset(
             name=name,
+            tenant=tenant,
             spec={
                 **(spec or {}),
                 "content_hash": digest,
@@ -129,7 +151,7 @@ def load_dataset(name: str) -> tuple[dict[str, Any], list[DatasetRecord]]:
     return spec, records
 
 
-def save_report(name: str, report: SynthesisReport) -> str:
+def save_report(name: str, report: SynthesisReport, tenant: str | None = None) -> str:
     """Save a synthesis: its kept problems as items, its options, statistics and rejections in the spec."""
     from cuda_agent.dataset.export import records_from_report
 
@@ -141,13 +163,13 @@ def save_report(name: str, report: SynthesisReport) -> str:
         "stats": report.stats.model_dump(mode="json"),
         "rejections": [r.model_dump(mode="json") for r in report.rejections],
     }
-    return save_dataset(name, records_from_report(report), spec)
+    return save_dataset(name, records_from_report(report), spec, tenant=tenant)
 
 
-def find_dataset(name: str) -> tuple[str, dict[str, Any]] | None:
-    """(id, spec without its per-problem records) of the dataset called ``name``, or None."""
+def find_dataset(name: str, tenant: str | None = None) -> tuple[str, dict[str, Any]] | None:
+    """(id, spec without its per-problem records) of ``tenant``'s dataset called ``name``, or None."""
     with session_scope() as session:
-        dataset = session.scalar(select(Dataset).where(Dataset.name == name))
+        dataset = session.scalar(select(Dataset).where(Dataset.name == _stored_name(name, tenant)))
         if dataset is None:
             return None
         return dataset.id, {k: v for k, v in dataset.spec.items() if k not in ("items", "rejections")}
@@ -162,16 +184,20 @@ def _item_counts(session: Session, dataset_ids: list[str]) -> dict[str, int]:
     return {dataset_id: count for dataset_id, count in rows}
 
 
-def list_datasets(offset: int = 0, limit: int = 100) -> list[DatasetSummary]:
-    """Datasets, oldest first, with their problem counts and statistics."""
+def list_datasets(tenant: str | None, offset: int = 0, limit: int = 100) -> list[DatasetSummary]:
+    """``tenant``'s datasets, oldest first, with their problem counts and statistics."""
+    owned = Dataset.tenant.is_(None) if tenant is None else Dataset.tenant == tenant
     with session_scope() as session:
-        datasets = list(
-            session.scalars(select(Dataset).order_by(Dataset.created_at, Dataset.id).offset(offset).limit(limit))
-        )
+        query = select(Dataset).where(owned).order_by(Dataset.created_at, Dataset.id).offset(offset).limit(limit)
+        datasets = list(session.scalars(query))
         counts = _item_counts(session, [d.id for d in datasets])
         return [
             DatasetSummary(
-                id=d.id, name=d.name, created_at=d.created_at, problems=counts.get(d.id, 0), stats=d.spec.get("stats")
+                id=d.id,
+                name=_shown_name(d),
+                created_at=d.created_at,
+                problems=counts.get(d.id, 0),
+                stats=d.spec.get("stats"),
             )
             for d in datasets
         ]
@@ -185,16 +211,16 @@ def _removed_by_reason(rejections: list[dict[str, Any]]) -> dict[str, dict[str, 
     return {stage: dict(reasons.most_common(MAX_REASONS_PER_STAGE)) for stage, reasons in sorted(by_stage.items())}
 
 
-def dataset_detail(dataset_id: str) -> DatasetDetail | None:
-    """A dataset's statistics, options and removals by stage and reason; None when no dataset has that id."""
+def dataset_detail(dataset_id: str, tenant: str | None) -> DatasetDetail | None:
+    """A dataset's statistics, options and removals by stage and reason; None when ``tenant`` has no such dataset."""
     with session_scope() as session:
-        dataset = session.get(Dataset, dataset_id)
+        dataset = _visible(session.get(Dataset, dataset_id), tenant)
         if dataset is None:
             return None
         spec = dataset.spec
         return DatasetDetail(
             id=dataset.id,
-            name=dataset.name,
+            name=_shown_name(dataset),
             created_at=dataset.created_at,
             problems=_item_counts(session, [dataset.id]).get(dataset.id, 0),
             stats=spec.get("stats"),
@@ -204,10 +230,10 @@ def dataset_detail(dataset_id: str) -> DatasetDetail | None:
         )
 
 
-def dataset_problems(dataset_id: str, offset: int, limit: int) -> DatasetProblemsPage | None:
-    """One page of a dataset's problems in a stable order (by source hash); None when no dataset has that id."""
+def dataset_problems(dataset_id: str, tenant: str | None, offset: int, limit: int) -> DatasetProblemsPage | None:
+    """One page of a dataset's problems in a stable order (by source hash); None when ``tenant`` has no such one."""
     with session_scope() as session:
-        dataset = session.get(Dataset, dataset_id)
+        dataset = _visible(session.get(Dataset, dataset_id), tenant)
         if dataset is None:
             return None
         items = dataset.spec.get("items", {})

@@ -161,7 +161,10 @@ class Dataset(TimestampMixin, Base):
     __tablename__ = "datasets"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_uuid)
+    # A tenant's datasets are named "<tenant>/<name>" (dataset.store), so the name stays unique across owners.
     name: Mapped[str] = mapped_column(String(200), unique=True)
+    # The tenant whose synthesis made it; NULL: the operator's (the CLI). Only its owner sees it through the API.
+    tenant: Mapped[str | None] = mapped_column(String(64), index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
@@ -177,11 +180,32 @@ class TrainingRun(TimestampMixin, Base):
     __tablename__ = "training_runs"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_uuid)
-    algorithm: Mapped[str] = mapped_column(String(32))  # rft | critic | ppo
+    algorithm: Mapped[str] = mapped_column(String(32))  # the stage: rft | value | ppo
     dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus, "training_status"), default=JobStatus.QUEUED)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)  # the latest step's; every step's: TrainingStep
+    tenant: Mapped[str | None] = mapped_column(String(64), index=True)
+    # The start_training job that launched the run (the run outlives it: the job ends once the process started).
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    run_dir: Mapped[str | None] = mapped_column(Text)  # checkpoints, logs; shared storage in a deployment
+    # Where the process runs ("local:HOST:PID", "k8s:JOB"): lets a reader tell a dead local run from a live one.
+    launcher: Mapped[str | None] = mapped_column(String(200))
+    step: Mapped[int] = mapped_column(Integer, default=0)  # the last step recorded
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TrainingStep(Base):
+    """One optimizer step's metrics. Keyed by step: a run resumed from a checkpoint records its steps again."""
+
+    __tablename__ = "training_steps"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("training_runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
 class Checkpoint(TimestampMixin, Base):

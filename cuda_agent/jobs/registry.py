@@ -23,6 +23,7 @@ from cuda_agent.contracts.compile import CompileRequest, CompileResult
 from cuda_agent.contracts.dataset import MeasureRequest, MeasureResult, SynthesizeRequest, SynthesizeResult
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest, ProfileResult
 from cuda_agent.contracts.jobs import OptimizeResult, ProbeRequest, ProbeResult
+from cuda_agent.contracts.train_runs import RunRequest, StartTrainingResult
 from cuda_agent.db.models import Job
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
@@ -136,6 +137,15 @@ MEASURE_PROBLEM_JOB = JobSpec(
     result_model=MeasureResult,
     handler="cuda_agent.dataset.jobs:measure_problem_job",
 )
+# Launches a training run's process and ends: the run (hours) outlives the job and its queue's time limits.
+START_TRAINING_JOB = JobSpec(
+    kind=JobKind.START_TRAINING,
+    queue=QueueName.TRAIN,
+    task_name="train.start",
+    request_model=RunRequest,
+    result_model=StartTrainingResult,
+    handler="cuda_agent.train.jobs:start_training_job",
+)
 
 JOB_SPECS: dict[JobKind, JobSpec[Any, Any]] = {
     spec.kind: spec
@@ -147,5 +157,6 @@ JOB_SPECS: dict[JobKind, JobSpec[Any, Any]] = {
         OPTIMIZE_JOB,
         SYNTHESIZE_DATASET_JOB,
         MEASURE_PROBLEM_JOB,
+        START_TRAINING_JOB,
     )
 }

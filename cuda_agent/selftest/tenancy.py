@@ -29,8 +29,16 @@ def owned_objects(stack: Stack) -> dict[str, str]:
     built = stack.wait_job("compile", built["id"], timeout_s=300)
     rollout = stack.post("agent", "/v1/optimize", optimize_body(stack, [])).json()
     rollout = stack.wait_job("agent", rollout["id"], timeout_s=300)
+    # Datasets and training runs take minutes to make through their jobs; their rows are what ownership is about.
+    from cuda_agent.dataset.store import save_dataset
+    from cuda_agent.train.store import create_run
+
+    run_id = uuid.uuid4().hex
+    create_run(run_id, "rft", {}, tenant=OWNER)
     return {
         "job_id": probe,
+        "dataset_id": save_dataset(f"tenancy-{run_id}", [], tenant=OWNER),
+        "run_id": run_id,
         "artifact_key": (built.get("result") or {}).get("artifact_key") or "",
         "trajectory_id": (rollout.get("result") or {}).get("trajectory_id") or "",
     }

@@ -1,8 +1,7 @@
 """dataset_svc HTTP adapter: synthesis jobs and reads of the stored datasets.
 
-Datasets are not owned by a tenant: the `datasets` table has no owner column, and a dataset is a shared
-catalogue of problems (like the `problems` table its items point at). Any authenticated tenant lists and reads
-every dataset; the synthesis job that made one is the submitting tenant's, as every job is.
+A dataset belongs to the tenant whose synthesis made it: only that tenant lists and reads it (another tenant gets
+404, as for jobs); datasets made with the CLI are the operator's and not served here.
 """
 
 from __future__ import annotations
@@ -43,15 +42,15 @@ def synthesize(
 
 
 @router.get("/datasets")
-def read_datasets(_tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 100) -> list[DatasetSummary]:
+def read_datasets(tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 100) -> list[DatasetSummary]:
     """Datasets, oldest first, with their problem counts and statistics."""
-    return list_datasets(offset, limit)
+    return list_datasets(tenant, offset, limit)
 
 
 @router.get("/datasets/{dataset_id}")
-def read_dataset(dataset_id: ObjectId, _tenant: TenantDep) -> DatasetDetail:
+def read_dataset(dataset_id: ObjectId, tenant: TenantDep) -> DatasetDetail:
     """A dataset's statistics: removals by stage and reason, the op-count distribution next to the paper's."""
-    detail = dataset_detail(dataset_id)
+    detail = dataset_detail(dataset_id, tenant)
     if detail is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"dataset {dataset_id} not found")
     return detail
@@ -59,10 +58,10 @@ def read_dataset(dataset_id: ObjectId, _tenant: TenantDep) -> DatasetDetail:
 
 @router.get("/datasets/{dataset_id}/problems")
 def read_dataset_problems(
-    dataset_id: ObjectId, _tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 100
+    dataset_id: ObjectId, tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 100
 ) -> DatasetProblemsPage:
     """One page of a dataset's problems (code, ops, data source, the filters they passed)."""
-    page = dataset_problems(dataset_id, offset, limit)
+    page = dataset_problems(dataset_id, tenant, offset, limit)
     if page is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"dataset {dataset_id} not found")
     return page

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 BODY = {"n": 5, "seed": 1, "compose": {"shapes": "small"}, "filters": {"device": "cpu", "compile_backend": "aot_eager"}}
 
 
-def stored_dataset() -> str:
+def stored_dataset(tenant: str) -> str:
     """Three problems and the statistics and rejections a synthesis stores with them."""
     records = [
         DatasetRecord(
@@ -42,7 +42,7 @@ def stored_dataset() -> str:
         {"index": 2, "stage": "duplicate", "reason": "similarity 0.950 to kept problem 4"},
     ]
     stats = {"kept": 3, "removed": {"duplicate": 1, "filter:eager": 2}, "op_counts": {"2": 3}}
-    return save_dataset("api-test", records, {"seed": 1, "stats": stats, "rejections": rejections})
+    return save_dataset("api-test", records, {"seed": 1, "stats": stats, "rejections": rejections}, tenant=tenant)
 
 
 def test_synthesis_is_accepted_as_a_queued_job(queued_stack: Tenants, clients: Clients) -> None:
@@ -79,7 +79,7 @@ def test_bad_fields_are_422(body: dict, field: str, tenants: Tenants, clients: C
 
 
 def test_datasets_are_listed_summarized_and_paged(tenants: Tenants, clients: Clients) -> None:
-    dataset_id = stored_dataset()
+    dataset_id = stored_dataset("tenant-b")
     client, headers = clients["dataset"], Tenants.header(tenants.b)
 
     listed = client.get("/v1/datasets", headers=headers)
@@ -103,6 +103,17 @@ def test_datasets_are_listed_summarized_and_paged(tenants: Tenants, clients: Cli
 
     assert client.get(f"/v1/datasets/{dataset_id}/problems", params={"limit": 501}, headers=headers).status_code == 422
     assert client.get("/v1/datasets", headers={}).status_code == 401
+
+
+def test_a_dataset_is_its_owners_alone(tenants: Tenants, clients: Clients) -> None:
+    dataset_id = stored_dataset("tenant-a")
+    client, other = clients["dataset"], Tenants.header(tenants.b)
+    assert client.get("/v1/datasets", headers=other).json() == []
+    for route in (f"/v1/datasets/{dataset_id}", f"/v1/datasets/{dataset_id}/problems"):
+        assert client.get(route, headers=other).status_code == 404
+        assert client.get(route, headers=Tenants.header(tenants.a)).status_code == 200
+    # The same name is free for another tenant: names are per owner, and taking one reveals nothing.
+    assert stored_dataset("tenant-b") != dataset_id
 
 
 @pytest.mark.parametrize("route", ["/v1/datasets/{}", "/v1/datasets/{}/problems"])

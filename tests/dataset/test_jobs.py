@@ -56,12 +56,12 @@ def test_synthesis_job_stores_a_dataset_and_a_rerun_reuses_it(embedded_db: None)
     assert result.stats["kept"] == 5 and sum(result.stats["op_counts"].values()) == 5
     assert result.name.startswith("synth-") and result.name.endswith("-n5-s3")
 
-    detail = dataset_detail(result.dataset_id)
+    detail = dataset_detail(result.dataset_id, "tenant-a")
     assert detail is not None and detail.problems == 5 and detail.seed == 3
     assert sum(sum(reasons.values()) for reasons in detail.removed_by_reason.values()) == sum(
         result.stats["removed"].values()
     )
-    page = dataset_problems(result.dataset_id, offset=0, limit=10)
+    page = dataset_problems(result.dataset_id, "tenant-a", offset=0, limit=10)
     assert page is not None and page.total == 5
     assert all(p.filters and all(f["passed"] for f in p.filters) for p in page.items)
 
@@ -72,7 +72,8 @@ def test_synthesis_job_stores_a_dataset_and_a_rerun_reuses_it(embedded_db: None)
     assert (reused.dataset_id, reused.reused, reused.stats) == (result.dataset_id, True, result.stats)
 
     # Another request under a taken name fails its job with the reason, leaving the dataset as it was.
-    clash = submit_job(JobKind.SYNTHESIZE_DATASET, request.model_copy(update={"n": 4, "name": result.name}))
+    renamed = request.model_copy(update={"n": 4, "name": result.name})
+    clash = submit_job(JobKind.SYNTHESIZE_DATASET, renamed, tenant="tenant-a")
     assert clash.status is JobStatus.FAILED and clash.error is not None and "DatasetConflict" in clash.error
 
 

@@ -1,4 +1,4 @@
-"""job kinds synthesize_dataset and measure_problem
+"""job kinds synthesize_dataset and measure_problem; datasets.tenant
 
 Revision ID: 0004
 Revises: 0003
@@ -26,6 +26,9 @@ NEW_KINDS = ("synthesize_dataset", "measure_problem")
 
 
 def upgrade() -> None:
+    # NULL for every existing row: datasets made before tenants could synthesize are the operator's.
+    op.add_column("datasets", sa.Column("tenant", sa.String(length=64), nullable=True))
+    op.create_index(op.f("ix_datasets_tenant"), "datasets", ["tenant"], unique=False)
     if op.get_bind().dialect.name == "postgresql":
         # A value added by ALTER TYPE cannot be used in the transaction that added it (and before Postgres 12 the
         # statement cannot run in a transaction at all): commit it on its own.
@@ -43,6 +46,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_datasets_tenant"), table_name="datasets")
+    with op.batch_alter_table("datasets", schema=None) as batch_op:
+        batch_op.drop_column("tenant")
     # Jobs of the new kinds cannot be represented by the old type: they go (their datasets stay).
     jobs = sa.table("jobs", sa.column("kind", sa.String))
     op.execute(jobs.delete().where(sa.cast(jobs.c.kind, sa.String).in_(NEW_KINDS)))

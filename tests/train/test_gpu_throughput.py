@@ -1,0 +1,77 @@
+"""PPO steps of a ~0.5B-parameter model (random init, built locally) on the GPU: tokens/s, MFU and peak memory.
+
+Run on the H200 with `pytest tests/train/test_gpu_throughput.py -s -m gpu`; the note line it prints is the report.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuda_agent.contracts.agent import AssistantTurn, RewardEvent, RolloutConfig, Trajectory, TurnRecord
+from cuda_agent.contracts.train import RunState, TrainConfig
+from cuda_agent.eval.reward import reward_for
+from cuda_agent.train.ppo import Policy
+from cuda_agent.train.run import RunDir, run_stage
+from cuda_agent.train.tiny import build_tiny_model
+
+H200_BF16_DENSE_FLOPS = 989e12
+VOCAB = 32_000
+PROMPT_TOKENS, COMPLETION_TOKENS = 512, 1536
+
+
+def random_rollout(policy: Policy, config: TrainConfig, step: int, rank: int) -> list[Trajectory]:
+    """Long single-turn trajectories of random tokens: the training step's throughput does not depend on what the
+    tokens say, and sampling 1536 tokens autoregressively would time generation, not training."""
+    generator = torch.Generator().manual_seed(step * 100 + rank)
+    out = []
+    for i in range(config.rollouts_per_step):
+        ids = torch.randint(4, VOCAB, (PROMPT_TOKENS + COMPLETION_TOKENS,), generator=generator).tolist()
+        reward = reward_for(i % 2 == 0, 1.0 + i % 3, 1.0, config.reward_threshold)
+        turn = TurnRecord(
+            index=0,
+            assistant=AssistantTurn(
+                token_ids=ids[PROMPT_TOKENS:],
+                logprobs=[-10.0] * COMPLETION_TOKENS,
+                prompt_token_ids=ids[:PROMPT_TOKENS],
+            ),
+            reward_events=[RewardEvent(turn=0, kind="verify", status="x", reward=reward)],
+        )
+        out.append(
+            Trajectory(
+                id=f"r{step}-{i}", policy="random", model=policy.name, config=RolloutConfig(), prompt=[], turns=[turn]
+            )
+        )
+    return out
+
+
+@pytest.mark.gpu
+def test_ppo_steps_of_a_half_billion_parameter_model(tmp_path: Path) -> None:
+    hidden, layers, inter = 1024, 28, 4096
+    words = [f"w{i}" for i in range(VOCAB - 4)]  # with the 4 special tokens: a 32k vocabulary
+    folder = build_tiny_model(
+        tmp_path / "model", words, hidden_size=hidden, layers=layers, heads=16, intermediate_size=inter
+    )
+    config = TrainConfig(
+        model=str(folder), model_name="half-b", steps=4, rollouts_per_step=16, batch_size=4, checkpoint_every=1000
+    )
+    torch.cuda.reset_peak_memory_stats()
+    status = run_stage("ppo", config, tmp_path / "run", rollout=random_rollout)
+    assert status.state is RunState.FINISHED, status.message
+    metrics = RunDir(tmp_path / "run").read_metrics()
+    # Llama's matmul parameters: attention (q, k, v, o) and the gated MLP per layer, embeddings and the LM head.
+    n = layers * (4 * hidden * hidden + 3 * hidden * inter) + 2 * VOCAB * hidden
+    # Per token of a PPO step: the critic's no-grad forward (2N), then forward+backward of actor and critic (6N each).
+    tokens_per_s = metrics[-1]["tokens_per_s"]  # the last step: the first includes CUDA warm-up
+    mfu = 14 * n * tokens_per_s / H200_BF16_DENSE_FLOPS
+    note = {
+        "params": n,
+        "tokens_per_s": tokens_per_s,
+        "mfu": mfu,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+    }
+    print("GPU-NOTE", json.dumps(note))
+    assert metrics[-1]["value_loss"] is not None and mfu > 0
