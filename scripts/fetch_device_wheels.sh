@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 PKGS=(pydantic pydantic-core pydantic-settings python-dotenv typing-inspection annotated-types
       sqlalchemy alembic mako greenlet psycopg psycopg-binary
       celery kombu billiard vine amqp click-didyoumean click-repl click-plugins prompt-toolkit wcwidth tzlocal
-      redis fastapi starlette uvicorn annotated-doc openai httpx2 httpcore2 truststore opentelemetry-api distro jiter sniffio)
+      redis fastapi starlette uvicorn annotated-doc openai httpx2 httpcore2 truststore opentelemetry-api distro jiter sniffio
+      transformers huggingface-hub tokenizers safetensors regex hf-xet fsspec pyyaml tqdm)  # the `train` extra
 mkdir -p .whl
 specs=()
 for p in "${PKGS[@]}"; do
