@@ -19,6 +19,7 @@ TASK_NAMES = {
     JobKind.OPTIMIZE: "agent.optimize",
     JobKind.SYNTHESIZE_DATASET: "dataset.synthesize",
     JobKind.MEASURE_PROBLEM: "dataset.measure_problem",
+    JobKind.START_TRAINING: "train.start",
 }
 
 
@@ -42,6 +43,7 @@ def test_each_task_is_routed_to_its_kinds_queue() -> None:
         "agent.optimize": QueueName.ROLLOUT.value,
         "dataset.synthesize": QueueName.DATASET.value,
         "dataset.measure_problem": QueueName.EVAL.value,
+        "train.start": QueueName.TRAIN.value,
     }
     assert {q.name for q in app.conf.task_queues if isinstance(q, Queue)} == {q.value for q in QueueName}
 
