@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Path
+from fastapi import Depends, Header, Path, Query
 
 from cuda_agent.contracts.eval import ARTIFACT_KEY_PATTERN
 from cuda_agent.settings import Settings, get_settings
@@ -25,3 +25,11 @@ IdempotencyKeyDep = Annotated[
 # is an error on Postgres).
 ObjectId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 ArtifactKey = Annotated[str, Path(pattern=ARTIFACT_KEY_PATTERN)]
+
+# Paging of list routes: an offset, and a page size capped per route (by how large one item is).
+OffsetQuery = Annotated[int, Query(ge=0, le=10_000_000)]
+
+
+def page_limit(most: int) -> object:
+    """The page-size parameter of a route whose pages hold at most ``most`` items."""
+    return Annotated[int, Query(ge=1, le=most)]

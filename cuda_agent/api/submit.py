@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 from fastapi import HTTPException, status
 from pydantic import BaseModel
@@ -16,6 +17,17 @@ from cuda_agent.jobs import TenantLimitExceeded, submit_job, wait_for_job
 LIMIT_RETRY_AFTER_S = 30
 
 
+@contextlib.contextmanager
+def tenant_limit_as_429() -> Iterator[None]:
+    """A tenant that already has its limit of queued or running jobs gets 429 and when to retry."""
+    try:
+        yield
+    except TenantLimitExceeded as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": str(LIMIT_RETRY_AFTER_S)}
+        ) from None
+
+
 def submit_and_respond(
     kind: JobKind,
     request: BaseModel,
@@ -27,12 +39,8 @@ def submit_and_respond(
 ) -> JSONResponse:
     """200 with the finished job when it ends within ``wait_s``; else 202 with the job to poll; 429 when the
     tenant already has ``limit`` jobs of this kind queued or running."""
-    try:
+    with tenant_limit_as_429():
         job = submit_job(kind, request, idempotency_key=idempotency_key, tenant=tenant, limit=limit)
-    except TenantLimitExceeded as exc:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": str(LIMIT_RETRY_AFTER_S)}
-        ) from None
     if wait_s > 0:
         with contextlib.suppress(TimeoutError):
             job = wait_for_job(job.id, timeout_s=wait_s)

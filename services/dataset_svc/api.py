@@ -6,14 +6,12 @@ A dataset belongs to the tenant whose synthesis made it: only that tenant lists 
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, status
 from starlette.responses import JSONResponse
 
 from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
-from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, SettingsDep
+from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, OffsetQuery, SettingsDep, page_limit
 from cuda_agent.api.submit import submit_and_respond
 from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.dataset import DatasetDetail, DatasetProblemsPage, DatasetSummary, SynthesizeRequest
@@ -21,9 +19,7 @@ from cuda_agent.dataset.store import dataset_detail, dataset_problems, list_data
 
 router = APIRouter(tags=["dataset"])
 
-MAX_PAGE = 500  # problems carry their code (up to a few KB each)
-OffsetQuery = Annotated[int, Query(ge=0, le=10_000_000)]
-LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+LimitQuery = page_limit(500)  # problems carry their code (up to a few KB each)
 
 
 @router.post("/datasets", status_code=status.HTTP_202_ACCEPTED)

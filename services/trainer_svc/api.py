@@ -6,25 +6,21 @@ run's id is that job's id. Runs are the submitting tenant's: another tenant's ru
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, status
 from starlette.responses import JSONResponse
 
 from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
-from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, SettingsDep
-from cuda_agent.api.submit import LIMIT_RETRY_AFTER_S
+from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, OffsetQuery, SettingsDep, page_limit
+from cuda_agent.api.submit import tenant_limit_as_429
 from cuda_agent.contracts.common import JobKind
 from cuda_agent.contracts.train_runs import RunDetail, RunRequest, RunSummary, StepMetrics
-from cuda_agent.jobs import TenantLimitExceeded, create_job, dispatch
+from cuda_agent.jobs import create_job, dispatch
 from cuda_agent.train import store
 
 router = APIRouter(tags=["trainer"])
 
-MAX_PAGE = 1000
-OffsetQuery = Annotated[int, Query(ge=0, le=10_000_000)]
-LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+LimitQuery = page_limit(1000)
 
 
 @router.post("/runs", status_code=status.HTTP_202_ACCEPTED)
@@ -32,7 +28,7 @@ def start_run(
     body: RunRequest, tenant: TenantDep, settings: SettingsDep, idempotency_key: IdempotencyKeyDep = None
 ) -> JSONResponse:
     """Start one stage of a training run; poll GET /v1/runs/{id} for its status, metrics and checkpoints."""
-    try:
+    with tenant_limit_as_429():
         job, created = create_job(
             JobKind.START_TRAINING,
             body,
@@ -40,10 +36,6 @@ def start_run(
             tenant=tenant,
             limit=settings.max_concurrent_jobs,
         )
-    except TenantLimitExceeded as exc:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": str(LIMIT_RETRY_AFTER_S)}
-        ) from None
     # The row exists before the job is dispatched, so the run can be read as soon as its id is returned.
     store.create_run(job.id, body.stage, body.model_dump(mode="json"), tenant=tenant, job_id=job.id)
     if created:
