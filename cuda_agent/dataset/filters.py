@@ -244,6 +244,9 @@ def _worker_env(options: FilterOptions, cache_dir: Path) -> dict[str, str]:
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "TORCHINDUCTOR_CACHE_DIR": str(cache_dir),
         "CUDA_HOME": str(get_settings().cuda_home),
+        # torch.cuda.is_available() by cudaGetDeviceCount poisons every later fork for CUDA ("Cannot re-initialize
+        # CUDA in forked subprocess"); asked through NVML, it leaves the worker fit to fork children that use CUDA.
+        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
     }
 
 

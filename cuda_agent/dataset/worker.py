@@ -25,8 +25,16 @@ def _warm_up(options: FilterOptions) -> None:
     import torch
 
     torch.set_num_threads(1)
-    if options.compile:
+    if not options.compile:
+        return
+    if options.device == "cuda":
+        # A compile, even of a CPU function, may query the CUDA device (inductor asks what triton can target), which
+        # would initialize CUDA here and make every child's CUDA fail; importing the modules is what saves the time.
+        import torch._inductor.compile_fx
+    else:
         torch.compile(lambda x: x * 2.0 + 1.0, backend=options.compile_backend)(torch.ones(4))
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        raise RuntimeError("the filter worker initialized CUDA before forking; its children could not use the GPU")
 
 
 def _in_child(code: str, options: FilterOptions, write_fd: int) -> None:

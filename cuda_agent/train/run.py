@@ -209,13 +209,11 @@ class Trainer:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         if stage in ("rft", "ppo"):
             self.policy = self._wrap(self.policy)
-            self.optimizers["policy"] = torch.optim.AdamW(
-                self.policy.parameters(), lr=config.actor_lr, weight_decay=config.weight_decay
-            )
+            self.optimizers["policy"] = self._adamw(self.policy, config.actor_lr, config.weight_decay)
         if self.critic is not None:
             # The critic's regularizer is the explicit L2 term in its loss (critic_l2), so no decoupled decay here.
             self.critic = self._wrap(self.critic)
-            self.optimizers["critic"] = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr, weight_decay=0)
+            self.optimizers["critic"] = self._adamw(self.critic, config.critic_lr, 0.0)
         self.step = 0
         if checkpoint is not None:
             self._restore(checkpoint)
@@ -225,6 +223,12 @@ class Trainer:
             self.rollout = rollout or get_rollout(config.rollout)
         else:
             self.sequences = self._fixed_sequences(trajectories)
+
+    def _adamw(self, module: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+        # One fused kernel over all parameters on CUDA: the per-tensor launches of the default cost more than the
+        # arithmetic for a model of hundreds of tensors.
+        fused = self.device.type == "cuda"
+        return torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
 
     def _wrap(self, module: nn.Module) -> nn.Module:
         if self.dist.world_size == 1:

@@ -19,6 +19,9 @@ from cuda_agent.train.run import RunDir, run_stage
 from cuda_agent.train.tiny import build_tiny_model
 
 H200_BF16_DENSE_FLOPS = 989e12
+# Step 0 warms up (CUDA context, allocator, cuBLAS heuristics), step 1 warms the profiler up, step 2 is profiled,
+# steps 3-4 are timed. The profiler counts steps from 1 here: a rollout opens each step by stepping it.
+STEPS = 5
 VOCAB = 32_000
 PROMPT_TOKENS, COMPLETION_TOKENS = 512, 1536
 
@@ -56,22 +59,40 @@ def test_ppo_steps_of_a_half_billion_parameter_model(tmp_path: Path) -> None:
         tmp_path / "model", words, hidden_size=hidden, layers=layers, heads=16, intermediate_size=inter
     )
     config = TrainConfig(
-        model=str(folder), model_name="half-b", steps=4, rollouts_per_step=16, batch_size=4, checkpoint_every=1000
+        model=str(folder), model_name="half-b", steps=STEPS, rollouts_per_step=16, batch_size=4, checkpoint_every=1000
     )
+    profiler = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+        schedule=torch.profiler.schedule(wait=2, warmup=1, active=1, repeat=1),
+    )
+
+    def profiled_rollout(policy: Policy, config: TrainConfig, step: int, rank: int) -> list[Trajectory]:
+        profiler.step()  # a rollout starts each PPO step: the profiler's schedule counts steps by it
+        return random_rollout(policy, config, step, rank)
+
     torch.cuda.reset_peak_memory_stats()
-    status = run_stage("ppo", config, tmp_path / "run", rollout=random_rollout)
+    with profiler:
+        status = run_stage("ppo", config, tmp_path / "run", rollout=profiled_rollout)
     assert status.state is RunState.FINISHED, status.message
     metrics = RunDir(tmp_path / "run").read_metrics()
-    # Llama's matmul parameters: attention (q, k, v, o) and the gated MLP per layer, embeddings and the LM head.
-    n = layers * (4 * hidden * hidden + 3 * hidden * inter) + 2 * VOCAB * hidden
-    # Per token of a PPO step: the critic's no-grad forward (2N), then forward+backward of actor and critic (6N each).
-    tokens_per_s = metrics[-1]["tokens_per_s"]  # the last step: the first includes CUDA warm-up
-    mfu = 14 * n * tokens_per_s / H200_BF16_DENSE_FLOPS
+    # Matmul parameters per token: attention (q, k, v, o) and the gated MLP per layer; the actor adds its LM head
+    # (the critic's head is one row). Embedding lookups are not FLOPs.
+    body = layers * (4 * hidden * hidden + 3 * hidden * inter)
+    actor, critic = body + VOCAB * hidden, body
+    # Attention scores and their use (QK^T, AV) per token, forward and backward, as PaLM's MFU counts them
+    # (12 * layers * hidden * sequence, a full rather than causal mask).
+    attention = 12 * layers * hidden * (PROMPT_TOKENS + COMPLETION_TOKENS)
+    # Per token of a PPO step: the critic's no-grad forward, then forward+backward of actor and critic.
+    flops_per_token = (2 * critic + attention / 3) + (6 * actor + attention) + (6 * critic + attention)
+    tokens_per_s = min(m["tokens_per_s"] for m in metrics[3:])  # the unprofiled steps after the warm-up
     note = {
-        "params": n,
+        "params": actor,
         "tokens_per_s": tokens_per_s,
-        "mfu": mfu,
+        "mfu": flops_per_token * tokens_per_s / H200_BF16_DENSE_FLOPS,
+        "mfu_without_attention": (2 * critic + 6 * actor + 6 * critic) * tokens_per_s / H200_BF16_DENSE_FLOPS,
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
     }
     print("GPU-NOTE", json.dumps(note))
-    assert metrics[-1]["value_loss"] is not None and mfu > 0
+    # Where a step's GPU time goes, for the next round of throughput work.
+    print(profiler.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+    assert metrics[-1]["value_loss"] is not None and note["mfu"] > 0
