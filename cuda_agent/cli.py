@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cuda_agent.bench.optimize_bench import Against
+from cuda_agent.contracts.candidate import CandidateForm
 from cuda_agent.contracts.common import Device, JobKind, QueueName, TolerancePreset
 from cuda_agent.dataset.cli import dataset_app
 from cuda_agent.settings import ConfigError, get_settings
@@ -240,6 +241,9 @@ def optimize(
     device: Annotated[Device, typer.Option()] = Device.CUDA,
     max_turns: Annotated[int | None, typer.Option(help="Turn limit (default from settings, at most 200).")] = None,
     tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
+    form: Annotated[
+        CandidateForm, typer.Option(help="Candidate layout: project, kernelbench, or workdir (the CUDA Agent paper's).")
+    ] = CandidateForm.PROJECT,
     policy_option: Annotated[
         list[str] | None, typer.Option(help="KEY=VALUE passed to the policy, e.g. trajectory=path.jsonl")
     ] = None,
@@ -278,24 +282,33 @@ def optimize(
         problem_source=problem.read_text(),
         policy=policy,
         policy_options=policy_options,
-        config=RolloutConfig(max_turns=max_turns, device=device, tolerance=tolerance),
+        config=RolloutConfig(max_turns=max_turns, device=device, tolerance=tolerance, form=form),
     )
     _ensure_embedded_db()
     job, _ = create_job(JobKind.OPTIMIZE, request)
     # Embedded mode runs the job in this process: a thread runs it while the main thread shows its progress.
     runner = threading.Thread(target=dispatch, args=(job,), daemon=True)
     runner.start()
+    last_verdict = "none yet"  # a turn's progress names its own verifications only: keep the latest across turns
     with Live(console=console, transient=True, refresh_per_second=4) as live:
         while not (view := get_job(job.id)).status.terminal:
             p = view.progress
+            verdicts = [e for e in p.get("events", []) if e.get("kind") == "verify"]
+            if verdicts:
+                last_verdict = f"{verdicts[-1]['status']} ({_fmt(verdicts[-1].get('speedup_vs_eager'))})"
             live.update(
-                f"[bold]{policy}[/bold] on {problem.name}: {view.status.value}, turn {p.get('turn', 0)}, "
+                f"[bold]{policy}[/bold] on {problem.name}: {view.status.value}, turn {p.get('turn', 0)} "
+                f"({', '.join(p.get('tools', [])) or 'no tool'}), last verdict {last_verdict}, "
                 f"best reward {p.get('best_reward')}, best speedup {_fmt(p.get('best_speedup'))}"
             )
             runner.join(timeout=0.5)
     if view.status is not JobStatus.SUCCEEDED or view.result is None:
         raise ConfigError(f"optimize job {job.id} {view.status.value}: {view.error or 'no result'}")
     report = _write_optimize_output(out, view.result, load_trajectory(view.result["trajectory_id"]))
+    if form is CandidateForm.WORKDIR and view.result.get("best"):
+        from cuda_agent.workdir.convert import complete_workspace
+
+        complete_workspace(out, request.problem_source)  # runnable by the released environment's scripts
     best = view.result.get("best")
     verdict = best["result"] if best else None
     summary = (

@@ -7,6 +7,8 @@ need_apt=()
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 command -v g++ >/dev/null || need_apt+=(g++)
 command -v redis-server >/dev/null || need_apt+=(redis-server)  # the selftest starts a private broker it can restart
+# tests/dashboard drive the web dashboard in Debian's headless Chromium (playwright never downloads a browser).
+command -v chromium >/dev/null || need_apt+=(chromium chromium-driver)
 if ((${#need_apt[@]})); then
   if command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

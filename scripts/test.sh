@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The test command: lint, types, migrations on a fresh database, then the test suite (gpu tests skip here).
+# The default suite leaves out the `slow` tier (real torch-extension builds, browser runs, whole benchmark
+# commands: minutes each); `scripts/test.sh --slow` runs that tier alone, and CI (.ci/run) runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 bash scripts/services.sh >/dev/null
+if [ "${1:-}" = --slow ]; then
+  shift
+  exec python3 -m pytest -m "slow and not gpu" "$@"
+fi
 
 ruff check .
 ruff format --check .
@@ -16,7 +22,7 @@ export DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:5432/$db"
 alembic upgrade head && alembic check && alembic downgrade base && alembic upgrade head
 unset DATABASE_URL
 
-python3 -m pytest "$@"
+python3 -m pytest -m "not slow" "$@"
 
 # The selftest's default part for CI: every route of every service, authenticated and not, across tenants, and
 # schemathesis over each: one table against a real stack (the other parts: `cuda-agent selftest`, README).

@@ -31,6 +31,7 @@ from cuda_agent.contracts.compile import CompileRequest, CompileResult
 from cuda_agent.contracts.eval import EvalResult, ProfileRequest, ProfileResult
 from cuda_agent.settings import get_settings
 from cuda_agent.verify import LocalBackend, verify_candidate
+from cuda_agent.workdir.layout import PLATFORM_FILES
 
 SYSTEM_PROMPT = (
     "You are an expert CUDA and C++ performance engineer working in a sandboxed workspace through tools. "
@@ -52,6 +53,9 @@ class StepResult:
 
 
 def render_skill(config: RolloutConfig) -> str:
+    if config.form is CandidateForm.WORKDIR:
+        # The released CUDA Agent environment's layout, for policies trained in it: its own skill text.
+        return (AGENT_DOCS / "workdir_skill.md").read_text(encoding="utf-8").format(device=config.device.value)
     template = (AGENT_DOCS / "skill_template.md").read_text(encoding="utf-8")
     contract = (AGENT_DOCS / "candidate_contract.md").read_text(encoding="utf-8")
     project = config.form is CandidateForm.PROJECT
@@ -103,8 +107,11 @@ class KernelEnv:
         skill = render_skill(self.config)
         self.workspace.write_text(MODEL_FILE, self.problem_source)
         self.workspace.write_text(SKILL_FILE, skill)
-        if self.config.form is CandidateForm.PROJECT:
+        if self.config.form is not CandidateForm.KERNELBENCH:
             (self.workspace.root / KERNELS_DIR).mkdir()
+        if self.config.form is CandidateForm.WORKDIR:
+            for name, text in PLATFORM_FILES.items():  # to read: the build uses the platform's own copies
+                self.workspace.write_text(name, text)
         user = f"{skill}\n\n## The problem (`{MODEL_FILE}`)\n```python\n{self.problem_source}\n```"
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
@@ -147,7 +154,13 @@ class KernelEnv:
         if key not in self._compiled:
             result = self.backend.compile(CompileRequest(candidate=candidate, device=self.config.device))
             self._events.append(
-                RewardEvent(turn=self.turn, kind="compile", status=result.status.value, message=result.message)
+                RewardEvent(
+                    turn=self.turn,
+                    kind="compile",
+                    status=result.status.value,
+                    message=result.message,
+                    candidate_key=key,
+                )
             )
             self._compiled = {key: result}  # only the latest: older candidates are not compiled again anyway
         return self._compiled[key]
@@ -168,6 +181,7 @@ class KernelEnv:
                 speedup_vs_eager=result.speedup_vs_eager,
                 speedup_vs_compile=result.speedup_vs_compile,
                 message=result.message,
+                candidate_key=candidate.key,
             )
         )
         if result.reward is not None and (self.best is None or _rank(result) > _rank(self.best.result)):

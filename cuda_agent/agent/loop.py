@@ -163,6 +163,8 @@ class RolloutRunner:
                     turn=record.index,
                     best_reward=best.result.reward if best else None,
                     best_speedup=best.result.speedup_vs_eager if best else None,
+                    tools=[call.name for call in record.assistant.tool_calls],
+                    events=record.reward_events,
                 )
             )
         if result.done:

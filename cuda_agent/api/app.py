@@ -21,6 +21,7 @@ from cuda_agent import __version__
 from cuda_agent.api.auth import require_tenant
 from cuda_agent.api.jobs import jobs_router
 from cuda_agent.api.readiness import check_readiness
+from cuda_agent.dashboard import MOUNT_PATH, dashboard_app
 from cuda_agent.jobs import JobNotFound
 from cuda_agent.settings import get_settings
 
@@ -131,4 +132,5 @@ def create_app(service: str, routers: list[APIRouter]) -> FastAPI:
 
     for router in [jobs_router, *routers]:
         app.include_router(router, prefix="/v1", dependencies=[Depends(require_tenant)])
+    app.mount(MOUNT_PATH, dashboard_app(), name="dashboard")
     return app

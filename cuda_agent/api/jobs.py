@@ -4,18 +4,35 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import StreamingResponse
 
 from cuda_agent.api.auth import SERVICE_TENANT, TenantDep
-from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId
-from cuda_agent.contracts.common import JobKind
+from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, OffsetQuery
+from cuda_agent.contracts.common import JobKind, JobStatus
 from cuda_agent.contracts.jobs import JobView, ProbeRequest
 from cuda_agent.jobs import cancel_job, get_job, submit_job
+from cuda_agent.jobs.listing import list_jobs
 
 jobs_router = APIRouter(tags=["jobs"])
 EVENT_POLL_S = 0.5  # the database is the source of truth; polling it keeps the stream correct across replicas
+# A job carries its result (an optimize job's: the best candidate's files). Spelled out rather than
+# deps.page_limit(100), whose value mypy cannot take as a type in this checked package.
+LimitQuery = Annotated[int, Query(ge=1, le=100)]
+
+
+@jobs_router.get("/jobs")
+def read_jobs(
+    tenant: TenantDep,
+    kind: JobKind | None = None,
+    state: Annotated[JobStatus | None, Query(alias="status")] = None,
+    offset: OffsetQuery = 0,
+    limit: LimitQuery = 50,
+) -> list[JobView]:
+    """Your jobs, newest first, optionally of one kind and one status."""
+    return [JobView.model_validate(job) for job in list_jobs(tenant, offset, limit, kind=kind, status=state)]
 
 
 @jobs_router.get("/jobs/{job_id}")

@@ -10,6 +10,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -24,7 +25,14 @@ from cuda_agent.compile.libraries import (
     link_flags,
     vendor_libraries,
 )
-from cuda_agent.compile.manifest import build_manifest, check_includes, parse_launchers
+from cuda_agent.compile.manifest import (
+    TORCH_HEADER_ROOTS,
+    build_manifest,
+    check_includes,
+    included,
+    parse_launchers,
+    workdir_include_problems,
+)
 from cuda_agent.compile.toolchain import (
     FlagError,
     check_flags,
@@ -36,8 +44,11 @@ from cuda_agent.compile.toolchain import (
     torch_version,
 )
 from cuda_agent.contracts.candidate import (
+    BINDING_SUFFIX,
+    EXTENSION_MODULE,
     KERNELS_DIR,
     MODEL_NEW_FILE,
+    WORKDIR_BINDING_FILE,
     CandidateForm,
     CandidateSource,
     is_kernel_file,
@@ -49,6 +60,8 @@ from cuda_agent.contracts.compile import CompileRequest, CompileResult, Diagnost
 from cuda_agent.kernels.types import LIBRARY_NAME, MANIFEST_NAME
 from cuda_agent.sandbox import SandboxLimits, SandboxResult, SandboxSpec, run_sandboxed
 from cuda_agent.settings import get_settings
+from cuda_agent.workdir import flags as wflags
+from cuda_agent.workdir.layout import PLATFORM_FILES, REGISTRY_INCLUDES
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +71,9 @@ _NVCC_ONLY = re.compile(
     r"^(-?-use_fast_math|--use-fast-math|-lineinfo|-G|-ftz=|-prec-|-fmad=|--extended-lambda|"
     r"--expt-|-?-maxrregcount|-Xptxas|--ptxas-options|--restrict)"
 )
+# The torch precompiled header is most of a gigabyte; built from the platform's fixed header only, so the limit of
+# a candidate's files does not apply to it.
+_PCH_MAX_BYTES = 4 * 1024**3
 _GXX_ONLY = re.compile(r"^(-ffast-math|-funroll-loops|-march=|-mtune=|-mavx|-mfma|-fopenmp|-fno-strict-aliasing|-fPIC)")
 
 
@@ -75,7 +91,7 @@ def _toolchain(device: Device, form: CandidateForm) -> dict[str, str]:
     tools = {"gxx": gxx_version(), "torch": torch_version()}
     if device is Device.CUDA:
         tools["nvcc"] = nvcc_version()
-    if form is CandidateForm.KERNELBENCH:
+    if form is not CandidateForm.PROJECT:
         tools["python"] = sys.version.split()[0]  # the extension is built against this interpreter
     return tools
 
@@ -123,8 +139,11 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
         return _error("", problem, started, [Diagnostic(message=problem, code="bad_layout")])
     files = {name: _normalize(text) for name, text in req.candidate.files.items()}
     libraries: list[VendorLibrary] = []
-    if req.candidate.form is CandidateForm.PROJECT:
-        libraries, bad = vendor_libraries(req.device, {n: t for n, t in files.items() if is_kernel_file(n)})
+    if req.candidate.form is not CandidateForm.KERNELBENCH:
+        kernel_files = {n: t for n, t in files.items() if is_kernel_file(n)}
+        libraries, bad = vendor_libraries(
+            req.device, kernel_files, by_include=req.candidate.form is CandidateForm.WORKDIR
+        )
         if bad:
             return _error("", _summary(bad, "vendor library refused"), started, bad)
     key = _digest(
@@ -137,6 +156,8 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
             "tools": _toolchain(req.device, req.candidate.form),
             # Only when declared, so the keys of candidates without vendor libraries stay what they were.
             **({"libraries": [lib.fingerprint() for lib in libraries]} if libraries else {}),
+            # The platform's binding files are built with the candidate's: a new version of them rebuilds.
+            **({"platform": PLATFORM_FILES} if req.candidate.form is CandidateForm.WORKDIR else {}),
         }
     )
     if store.has_artifact(key):
@@ -153,6 +174,8 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
             (scratch / "src" / name).write_text(text)
         if req.candidate.form is CandidateForm.PROJECT:
             return _build_project(req, files, libraries, key, arch, extra, scratch, deadline, started)
+        if req.candidate.form is CandidateForm.WORKDIR:
+            return _build_workdir(req, files, libraries, key, arch, extra, scratch, deadline, started)
         return _build_kernelbench(req, key, arch, scratch, deadline, started)
     except _BuildFailed as failed:
         return failed.result.model_copy(update={"duration_s": time.monotonic() - started})
@@ -173,14 +196,14 @@ def scratch_roots() -> list[Path]:
     return [_cache_root() / "tmp", store.artifacts_root() / ".staging"]
 
 
-def _limits(deadline: float) -> SandboxLimits:
+def _limits(deadline: float, max_file_bytes: int | None = None) -> SandboxLimits:
     s = get_settings()
     return SandboxLimits(
         wall_time_s=max(deadline - time.monotonic(), 0.1),
         cpu_time_s=s.compile_cpu_time_s,
         address_space_bytes=s.compile_memory_bytes,
         max_processes=s.compile_max_processes,
-        max_file_bytes=s.compile_max_file_bytes,
+        max_file_bytes=max_file_bytes or s.compile_max_file_bytes,
         max_output_bytes=256 * 1024,
         disk_bytes=s.compile_disk_bytes,
         memory_bytes=s.compile_memory_quota_bytes,
@@ -193,13 +216,16 @@ def _sandboxed(
     deadline: float,
     env: dict[str, str] | None = None,
     extra_binds: list[tuple[Path, Path]] | None = None,
+    readonly: list[Path] | None = None,
+    max_file_bytes: int | None = None,
 ) -> SandboxResult:
     spec = SandboxSpec(
         argv=argv,
         cwd=cwd,
         writable_paths=[cwd.parent],
+        readonly_paths=readonly or [],
         env={"CUDA_HOME": str(get_settings().cuda_home), **(env or {})},
-        limits=_limits(deadline),
+        limits=_limits(deadline, max_file_bytes),
         extra_binds=extra_binds or [],
     )
     return run_sandboxed(spec)
@@ -255,26 +281,56 @@ def _split_flags(extra: list[str], for_nvcc: bool) -> list[str]:
     return [f for f in extra if not _NVCC_ONLY.match(f)]
 
 
-def _unit_argv(unit: str, obj: str, device: Device, arch: str | None, extra: list[str]) -> list[str]:
-    opt = [] if any(f.startswith("-O") for f in extra) else ["-O3"]
-    std = [] if any("std=" in f for f in extra) else ["-std=c++17"]
-    if unit.endswith(".cu"):
-        num = arch.removeprefix("sm_") if arch else "90"
-        return [
-            str(nvcc_path()),
-            "-c",
-            *opt,
-            *std,
-            f"-gencode=arch=compute_{num},code=sm_{num}",
-            "-Xcompiler=-fPIC",
-            "-Xptxas=-v",
-            *_split_flags(extra, True),
-            "-o",
-            obj,
-            unit,
-        ]
-    host = ["-fopenmp"] if device is Device.CPU else [f"-I{get_settings().cuda_home / 'include'}"]
-    return ["g++", "-c", *opt, *std, "-fPIC", *host, *_split_flags(extra, False), "-o", obj, unit]
+def _unit_deps(kernel_files: dict[str, str], units: list[str]) -> dict[str, str]:
+    """What an object depends on besides its unit: every header, and any unit another file #includes."""
+    included = set(re.findall(r'#\s*include\s*"([^"]+)"', "".join(kernel_files.values())))
+    return {
+        n: t
+        for n, t in kernel_files.items()
+        if n not in units
+        or PurePosixPath(n).name in included
+        or n in included
+        or n.removeprefix(f"{KERNELS_DIR}/") in included
+    }
+
+
+def _object_name(unit: str) -> str:
+    return unit.replace("/", "__") + ".o"
+
+
+def _compile_units(
+    units: list[str],
+    obj_keys: dict[str, str],
+    argv_of: Callable[[str, str], list[str]],
+    scratch: Path,
+    key: str,
+    started: float,
+    deadline: float,
+    readonly: list[Path] | None = None,
+) -> list[str]:
+    """Compile each unit (paths under scratch/src) into scratch/obj, in parallel, reusing the object of an earlier
+    build with the same ``obj_keys[unit]``: an edit to one file rebuilds that file's object only. The logs."""
+    objects_dir = _cache_root() / "objects"
+    objects_dir.mkdir(parents=True, exist_ok=True)
+    max_file = get_settings().compile_max_file_bytes
+
+    def build_unit(unit: str) -> str:
+        cached_obj, cached_log = f"{obj_keys[unit]}.o", f"{obj_keys[unit]}.log"
+        local = _object_name(unit)
+        if safefs.exists(objects_dir, cached_obj) and safefs.exists(objects_dir, cached_log):
+            # The cache is ours, but scratch/obj is writable by every unit's sandbox: write, never follow.
+            safefs.write_bytes(scratch / "obj", local, safefs.read_bytes(objects_dir, cached_obj, max_file))
+            return safefs.read_text(objects_dir, cached_log, _LOG_LIMIT * 4)
+        argv = argv_of(unit, str(scratch / "obj" / local))
+        result = _sandboxed(argv, scratch / "src", deadline, readonly=readonly)
+        output = _check_run(result, key, started, f"compiling {unit}")
+        obj = _built_file(scratch / "obj", local, max_file, key, started)
+        safefs.write_bytes(objects_dir, cached_obj, obj)  # written whole under a temporary name, then renamed
+        safefs.write_text(objects_dir, cached_log, output)
+        return output
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
+        return list(pool.map(build_unit, units))
 
 
 def _build_project(
@@ -317,25 +373,12 @@ def _build_project(
     if problems:
         return _error(key, _summary(problems, "candidate contract violated"), started, problems)
 
-    objects_dir = _cache_root() / "objects"
-    objects_dir.mkdir(parents=True, exist_ok=True)
-    max_file = get_settings().compile_max_file_bytes
     (scratch / "obj").mkdir()
     tools = _toolchain(req.device, CandidateForm.PROJECT)
     unit_flags = [*extra, *include_flags(libraries)]
-    # An object depends on its unit, every header, and any unit another file #includes.
-    included = set(re.findall(r'#\s*include\s*"([^"]+)"', "".join(kernel_files.values())))
-    deps = {
-        n: t
-        for n, t in kernel_files.items()
-        if n not in units
-        or PurePosixPath(n).name in included
-        or n in included
-        or n.removeprefix(f"{KERNELS_DIR}/") in included
-    }
-
-    def build_unit(unit: str) -> str:
-        obj_key = _digest(
+    deps = _unit_deps(kernel_files, units)
+    obj_keys = {
+        unit: _digest(
             {
                 "unit": unit,
                 "text": kernel_files[unit],
@@ -346,39 +389,28 @@ def _build_project(
                 "tools": tools,
             }
         )
-        cached_obj, cached_log = f"{obj_key}.o", f"{obj_key}.log"
-        local = unit.replace("/", "__") + ".o"
-        if safefs.exists(objects_dir, cached_obj) and safefs.exists(objects_dir, cached_log):
-            # The cache is ours, but scratch/obj is writable by every unit's sandbox: write, never follow.
-            safefs.write_bytes(scratch / "obj", local, safefs.read_bytes(objects_dir, cached_obj, max_file))
-            return safefs.read_text(objects_dir, cached_log, _LOG_LIMIT * 4)
-        argv = _unit_argv(unit, str(scratch / "obj" / local), req.device, arch, unit_flags)
-        output = _check_run(_sandboxed(argv, scratch / "src", deadline), key, started, f"compiling {unit}")
-        obj = _built_file(scratch / "obj", local, max_file, key, started)
-        safefs.write_bytes(objects_dir, cached_obj, obj)  # written whole under a temporary name, then renamed
-        safefs.write_text(objects_dir, cached_log, output)
-        return output
-
-    with ThreadPoolExecutor(max_workers=max(1, min(len(units), os.cpu_count() or 1))) as pool:
-        logs = list(pool.map(build_unit, units))
+        for unit in units
+    }
+    logs = _compile_units(
+        units,
+        obj_keys,
+        lambda unit, obj: _unit_argv(unit, obj, req.device, arch, unit_flags),
+        scratch,
+        key,
+        started,
+        deadline,
+    )
 
     out = scratch / "out"
     out.mkdir()
-    objs = [str(scratch / "obj" / (u.replace("/", "__") + ".o")) for u in units]
+    objs = [str(scratch / "obj" / _object_name(u)) for u in units]
     lib = str(out / LIBRARY_NAME)
     if req.device is Device.CUDA:
         link = [str(nvcc_path()), "-shared", "-o", lib, *objs, "-Xlinker=--no-undefined", *link_flags(libraries)]
     else:
         link = ["g++", "-shared", "-fopenmp", "-o", lib, *objs, "-Wl,--no-undefined"]
-    script = f"{' '.join(map(_quote, link))} && nm -D --defined-only {_quote(lib)} > {_quote(str(out / 'symbols'))}"
-    # An object that defines a __global__ kernel registers it with the CUDA runtime at load time, so it refers
-    # to __cudaRegisterFunction; one whose host code only calls a vendor library does not.
-    script += f" && {{ nm -A -u {' '.join(map(_quote, objs))} | grep -F __cudaRegisterFunction || true; }}"
-    script += f" > {_quote(str(out / 'kernel_objects'))}"
-    link_log = _check_run(_sandboxed(["bash", "-c", script], scratch / "src", deadline), key, started, "linking")
-    symbols = _built_file(out, "symbols", _LOG_LIMIT * 16, key, started).decode(errors="replace")
-    registering = _built_file(out, "kernel_objects", _LOG_LIMIT * 16, key, started).decode(errors="replace")
-    kernel_units = [u for u in units if f"/{u.replace('/', '__')}.o:" in registering]
+    link_log, symbols, registering = _link(link, lib, objs, scratch, key, started, deadline)
+    kernel_units = [u for u in units if f"/{_object_name(u)}:" in registering]
     if libraries and not kernel_units:
         diag = Diagnostic(
             message=NO_CUSTOM_KERNEL_MESSAGE,
@@ -400,7 +432,7 @@ def _build_project(
         ]
         return _error(key, _summary(diags, "launcher missing"), started, diags)
 
-    library = _built_file(out, LIBRARY_NAME, max_file, key, started)
+    library = _built_file(out, LIBRARY_NAME, get_settings().compile_max_file_bytes, key, started)
     staging = store.new_staging()
     safefs.write_bytes(staging, f"kernels/{LIBRARY_NAME}", library)
     manifest = build_manifest(req.device.value, functions, [lib.name for lib in libraries], kernel_units)
@@ -419,6 +451,204 @@ def _build_project(
     )
     store.publish(
         key, staging, store.BuildRecord(form=CandidateForm.PROJECT, device=req.device, arch=arch, result=result)
+    )
+    return result
+
+
+def _link(
+    link: list[str],
+    lib: str,
+    objs: list[str],
+    scratch: Path,
+    key: str,
+    started: float,
+    deadline: float,
+) -> tuple[str, str, str]:
+    """Run the link command in the sandbox; its log, the library's exported symbols (``nm -D``) and the objects
+    that register a __global__ kernel of their own."""
+    out = Path(lib).parent
+    script = f"{' '.join(map(_quote, link))} && nm -D --defined-only {_quote(lib)} > {_quote(str(out / 'symbols'))}"
+    # An object that defines a __global__ kernel registers it with the CUDA runtime at load time, so it refers
+    # to __cudaRegisterFunction; one whose host code only calls a vendor library does not.
+    script += f" && {{ nm -A -u {' '.join(map(_quote, objs))} | grep -F __cudaRegisterFunction || true; }}"
+    script += f" > {_quote(str(out / 'kernel_objects'))}"
+    link_log = _check_run(_sandboxed(["bash", "-c", script], scratch / "src", deadline), key, started, "linking")
+    symbols = _built_file(out, "symbols", _LOG_LIMIT * 16, key, started).decode(errors="replace")
+    registering = _built_file(out, "kernel_objects", _LOG_LIMIT * 16, key, started).decode(errors="replace")
+    return link_log, symbols, registering
+
+
+def _nvcc_argv(unit: str, obj: str, arch: str | None, flags: list[str], std_default: str = "c++17") -> list[str]:
+    opt = [] if any(f.startswith("-O") for f in flags) else ["-O3"]
+    std = [] if any("std=" in f for f in flags) else [f"-std={std_default}"]
+    num = arch.removeprefix("sm_") if arch else "90"
+    return [
+        str(nvcc_path()),
+        "-c",
+        *opt,
+        *std,
+        f"-gencode=arch=compute_{num},code=sm_{num}",
+        "-Xcompiler=-fPIC",
+        "-Xptxas=-v",
+        *_split_flags(flags, True),
+        "-o",
+        obj,
+        unit,
+    ]
+
+
+def _gxx_flags(extra: list[str], host: list[str], std_default: str = "c++17") -> list[str]:
+    opt = [] if any(f.startswith("-O") for f in extra) else ["-O3"]
+    std = [] if any("std=" in f for f in extra) else [f"-std={std_default}"]
+    return [*opt, *std, "-fPIC", *host, *_split_flags(extra, False)]
+
+
+def _unit_argv(unit: str, obj: str, device: Device, arch: str | None, extra: list[str]) -> list[str]:
+    if unit.endswith(".cu"):
+        return _nvcc_argv(unit, obj, arch, extra)
+    host = ["-fopenmp"] if device is Device.CPU else [f"-I{get_settings().cuda_home / 'include'}"]
+    return ["g++", "-c", *_gxx_flags(extra, host), "-o", obj, unit]
+
+
+def _torch_pch(flags: list[str], tools: dict[str, str], key: str, started: float, deadline: float) -> Path:
+    """The precompiled torch header for g++ units built with ``flags``: built once per toolchain and flags (in the
+    sandbox; nothing of a candidate goes into it) and kept in the build cache. The header's path: a unit compiled
+    with ``-include`` of it and the same flags loads ``<header>.gch`` instead of parsing the torch headers. Beside
+    it, ``include/torch/extension.h``: the form's own version of that header (``flags.EXTENSION_HEADER_TEXT``)."""
+    pch_key = _digest(
+        {"pch": wflags.PCH_HEADER_TEXT, "extension": wflags.EXTENSION_HEADER_TEXT, "flags": flags, "tools": tools}
+    )
+    pch_dir = _cache_root() / "pch" / pch_key
+    header = pch_dir / wflags.PCH_HEADER_NAME
+    gch = f"{wflags.PCH_HEADER_NAME}.gch"
+    if safefs.exists(pch_dir, gch):
+        return header
+    scratch = _cache_root() / "tmp" / uuid.uuid4().hex
+    (scratch / "src").mkdir(parents=True)
+    try:
+        (scratch / "src" / wflags.PCH_HEADER_NAME).write_text(wflags.PCH_HEADER_TEXT)
+        argv = ["g++", "-x", "c++-header", *flags, "-o", str(scratch / "src" / gch), wflags.PCH_HEADER_NAME]
+        result = _sandboxed(argv, scratch / "src", deadline, max_file_bytes=_PCH_MAX_BYTES)
+        _check_run(result, key, started, "precompiling the torch headers")
+        if not safefs.exists(scratch / "src", gch):  # a regular file, not a link: nothing else wrote there
+            raise _BuildFailed(_error(key, "precompiling the torch headers left no header", started))
+        # Moved, not copied (it is half a gigabyte); the headers first, so a .gch present means a complete set.
+        pch_dir.mkdir(parents=True, exist_ok=True)
+        safefs.write_text(pch_dir, wflags.PCH_HEADER_NAME, wflags.PCH_HEADER_TEXT)
+        safefs.write_text(pch_dir, f"include/{wflags.EXTENSION_HEADER}", wflags.EXTENSION_HEADER_TEXT)
+        os.replace(scratch / "src" / gch, pch_dir / gch)
+    finally:
+        safefs.remove_tree(scratch)
+    return header
+
+
+def _build_workdir(
+    req: CompileRequest,
+    files: dict[str, str],
+    libraries: list[VendorLibrary],
+    key: str,
+    arch: str | None,
+    extra: list[str],
+    scratch: Path,
+    deadline: float,
+    started: float,
+) -> CompileResult:
+    """The workdir form: the platform's binding.cpp and binding_registry.h with the candidate's kernels/ into one
+    Python module, ``cuda_extension``. Objects are cached per unit by content; the g++ units that include torch
+    headers use a precompiled header of them, so after the first build an edit costs one object and the link."""
+    if req.device is not Device.CUDA:
+        return _error(key, "the workdir form builds a CUDA extension: use device cuda", started)
+    kernel_files = {n: t for n, t in files.items() if is_kernel_file(n)}
+    units = sorted(n for n in kernel_files if is_unit(n))
+    problems: list[Diagnostic] = []
+    for name, text in kernel_files.items():
+        problems += workdir_include_problems(name, text)
+    if not any(u.endswith(BINDING_SUFFIX) for u in units):
+        problems.append(
+            Diagnostic(
+                message=f"no kernels/*{BINDING_SUFFIX}: bind the kernels to Python with REGISTER_BINDING in one",
+                code="bad_layout",
+            )
+        )
+    if problems:
+        return _error(key, _summary(problems, "candidate contract violated"), started, problems)
+    for name, text in PLATFORM_FILES.items():
+        (scratch / "src" / name).write_text(text)
+    (scratch / "obj").mkdir()
+    tools = _toolchain(req.device, CandidateForm.WORKDIR)
+    cuda_include = f"-I{get_settings().cuda_home / 'include'}"
+    torch_flags = [*wflags.include_flags(), *wflags.define_flags(), "-I."]
+    # The header is precompiled without the vendor libraries' include dirs, so one serves every candidate; a unit
+    # adding them still uses it (g++ checks macros and code-generation options, not the include path).
+    pch_flags = _gxx_flags([*extra, *torch_flags], [cuda_include], wflags.CXX_STANDARD)
+    pch = _torch_pch(pch_flags, tools, key, started, deadline)
+    # -I is searched before torch's -isystem dirs: a unit's <torch/extension.h> is the form's (flags.py says why).
+    extension_dir = f"-I{pch.parent / 'include'}"
+    gxx_flags = [extension_dir, *pch_flags, *include_flags(libraries)]
+    nvcc_flags = [extension_dir, *extra, *include_flags(libraries), *torch_flags, *wflags.NVCC_TORCH_FLAGS]
+    all_units = [WORKDIR_BINDING_FILE, *units]
+    texts = {**kernel_files, **PLATFORM_FILES}
+    deps = _unit_deps(texts, all_units)
+
+    def uses_torch(unit: str) -> bool:  # directly or through the registry header, which includes torch
+        targets = [target for target, _ in included(texts[unit])]
+        return any(t.split("/")[0] in TORCH_HEADER_ROOTS or t in REGISTRY_INCLUDES for t in targets)
+
+    def argv_of(unit: str, obj: str) -> list[str]:
+        if unit.endswith(".cu"):
+            return _nvcc_argv(unit, obj, arch, nvcc_flags, wflags.CXX_STANDARD)
+        with_pch = ["-include", str(pch), "-Winvalid-pch"] if uses_torch(unit) else []
+        return ["g++", "-c", *gxx_flags, *with_pch, "-o", obj, unit]
+
+    obj_keys = {
+        unit: _digest(
+            {
+                "unit": unit,
+                "text": texts[unit],
+                "deps": deps,
+                "arch": arch,
+                "flags": argv_of(unit, "")[1:],  # the argv less the compiler path, the object and the unit
+                "tools": tools,
+            }
+        )
+        for unit in all_units
+    }
+    logs = _compile_units(all_units, obj_keys, argv_of, scratch, key, started, deadline, readonly=[pch.parent])
+
+    out = scratch / "out"
+    out.mkdir()
+    objs = [str(scratch / "obj" / _object_name(u)) for u in all_units]
+    module_file = f"{EXTENSION_MODULE}.so"
+    lib = str(out / module_file)
+    link = [str(nvcc_path()), "-shared", "-o", lib, *objs, *wflags.link_flags(), *link_flags(libraries)]
+    link_log, symbols, registering = _link(link, lib, objs, scratch, key, started, deadline)
+    kernel_units = [u for u in units if f"/{_object_name(u)}:" in registering]
+    if not kernel_units:
+        diag = Diagnostic(
+            message="no kernels/*.cu defines a __global__ kernel: at least one kernel of the candidate's own must "
+            "do part of the work",
+            code="no_custom_kernel",
+        )
+        return _error(key, _summary([diag], diag.message), started, [diag], log_text=link_log)
+    if f"PyInit_{EXTENSION_MODULE}" not in symbols:
+        diag = Diagnostic(message=f"the built library does not define the module {EXTENSION_MODULE}", code="bad_layout")
+        return _error(key, diag.message, started, [diag], log_text=link_log)
+    library = _built_file(out, module_file, get_settings().compile_max_file_bytes, key, started)
+    staging = store.new_staging()
+    safefs.write_bytes(staging, f"{store.EXTENSION_DIR}/{module_file}", library)
+    build_log = "\n".join([*logs, link_log])
+    result = CompileResult(
+        status=CompileStatus.OK,
+        cache_key=key,
+        artifact_key=key,
+        duration_s=time.monotonic() - started,
+        diagnostics=parse_diagnostics(build_log),
+        resources=parse_resources(build_log),
+        log=build_log[-_LOG_LIMIT:],
+        message=f"built {EXTENSION_MODULE} from {len(units)} unit(s); kernels in {', '.join(kernel_units)}",
+    )
+    store.publish(
+        key, staging, store.BuildRecord(form=CandidateForm.WORKDIR, device=req.device, arch=arch, result=result)
     )
     return result
 

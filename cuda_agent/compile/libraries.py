@@ -30,6 +30,12 @@ ALLOWED_LIBRARIES: dict[str, tuple[str, ...]] = {
     "cusparse": ("cusparse.h",),
     "cusolver": ("cusolverDn.h", "cusolverSp.h", "cusolver_common.h"),
 }
+# The workdir form also links cuDNN (the released environment's convolutions use it), found in the nvidia-cudnn
+# wheel torch's CUDA build depends on (the toolkit does not ship it).
+WORKDIR_LIBRARIES: dict[str, tuple[str, ...]] = {
+    **ALLOWED_LIBRARIES,
+    "cudnn": ("cudnn.h", "cudnn_cnn.h", "cudnn_ops.h", "cudnn_graph.h", "cudnn_backend.h"),
+}
 _ALLOWED_TEXT = ", ".join(ALLOWED_LIBRARIES)
 _HINT = f'declare it in a kernel file with #pragma comment(lib, "NAME"); NAME one of {_ALLOWED_TEXT}'
 
@@ -55,7 +61,9 @@ class VendorLibrary:
         return f"{real}:{real.stat().st_size}"
 
 
-def _scan(path: str, source: str) -> tuple[dict[str, int], dict[str, int], list[Diagnostic]]:
+def _scan(
+    path: str, source: str, allowed: dict[str, tuple[str, ...]]
+) -> tuple[dict[str, int], dict[str, int], list[Diagnostic]]:
     """One file's declared libraries and the libraries its #includes need (name -> line), and diagnostics for
     declared names outside the allow-list."""
     text = blank_comments(source)
@@ -67,7 +75,7 @@ def _scan(path: str, source: str) -> tuple[dict[str, int], dict[str, int], list[
         if args is None:
             continue  # another pragma comment kind (e.g. "user"); nothing to link
         name, line = args.group("name"), line_of(text, m.start())
-        if name in ALLOWED_LIBRARIES:
+        if name in allowed:
             declared.setdefault(name, line)
         else:
             problems.append(
@@ -75,12 +83,12 @@ def _scan(path: str, source: str) -> tuple[dict[str, int], dict[str, int], list[
                     file=path,
                     line=line,
                     code="bad_library",
-                    message=f"library {name!r} is not allowed; allowed: {_ALLOWED_TEXT}",
+                    message=f"library {name!r} is not allowed; allowed: {', '.join(allowed)}",
                     hint=_HINT,
                 )
             )
     for header, line in included(source):
-        for name, headers in ALLOWED_LIBRARIES.items():
+        for name, headers in allowed.items():
             if header in headers:
                 needed.setdefault(name, line)
     return declared, needed, problems
@@ -110,18 +118,26 @@ def _version_key(path: Path) -> tuple[int, ...]:
     return tuple(int(p) for p in path.name.split(".so.", 1)[1].split(".") if p.isdigit())
 
 
-def vendor_libraries(device: Device, kernel_files: Mapping[str, str]) -> tuple[list[VendorLibrary], list[Diagnostic]]:
-    """The libraries the candidate's kernel files declare, resolved; or diagnostics (code ``bad_library``)."""
+def vendor_libraries(
+    device: Device, kernel_files: Mapping[str, str], by_include: bool = False
+) -> tuple[list[VendorLibrary], list[Diagnostic]]:
+    """The libraries the candidate's kernel files declare, resolved; or diagnostics (code ``bad_library``).
+
+    ``by_include``: the workdir form's rules: a vendor header declares its library (its environment links what
+    the kernels include and has no pragma convention), and the libraries are WORKDIR_LIBRARIES."""
+    allowed = WORKDIR_LIBRARIES if by_include else ALLOWED_LIBRARIES
     declared: dict[str, tuple[str, int]] = {}
     needed: dict[str, tuple[str, int]] = {}
     problems: list[Diagnostic] = []
     for path, source in sorted(kernel_files.items()):
-        file_declared, file_needed, bad = _scan(path, source)
+        file_declared, file_needed, bad = _scan(path, source, allowed)
         problems += bad
         for name, line in file_declared.items():
             declared.setdefault(name, (path, line))
         for name, line in file_needed.items():
             needed.setdefault(name, (path, line))
+            if by_include:
+                declared.setdefault(name, (path, line))
     if device is not Device.CUDA and (declared or needed):
         path, line = next(iter({**needed, **declared}.values()))
         names = ", ".join(dict.fromkeys([*declared, *needed]))

@@ -26,7 +26,7 @@ _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
 # [ \t], not \s: \s would match the newlines of blank lines before the directive and report the wrong line.
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.MULTILINE)
 # First path component (or the file) of headers that belong to torch's C++ API or to CPython.
-_TORCH_HEADER_ROOTS = frozenset({"torch", "ATen", "c10", "caffe2", "pybind11", "Python.h"})
+TORCH_HEADER_ROOTS = frozenset({"torch", "ATen", "c10", "caffe2", "pybind11", "Python.h"})
 
 
 def blank_comments(text: str) -> str:
@@ -135,12 +135,33 @@ def check_includes(path: str, source: str) -> list[Diagnostic]:
         if target.startswith("/") or ".." in target.split("/"):
             message = f"#include of {target!r}: absolute and '..' include paths are not allowed"
             hint = "include only system/CUDA headers or files of the candidate, by relative path"
-        elif target.split("/")[0] in _TORCH_HEADER_ROOTS:
+        elif target.split("/")[0] in TORCH_HEADER_ROOTS:
             message = f"#include of {target!r}: the project form builds without torch and Python headers"
             hint = 'take tensors as pointers in an extern "C" launcher, or use the kernelbench form (load_inline)'
         else:
             continue
         problems.append(Diagnostic(file=path, line=line, code="forbidden_include", message=message, hint=hint))
+    return problems
+
+
+def workdir_include_problems(path: str, source: str) -> list[Diagnostic]:
+    """The workdir form's include rule: torch headers are allowed (its bindings take tensors), the platform's
+    registry header is reached through '..' from kernels/, any other absolute or '..' path is refused."""
+    from cuda_agent.workdir.layout import REGISTRY_INCLUDES
+
+    problems = []
+    for target, line in included(source):
+        if (target.startswith("/") or ".." in target.split("/")) and target not in REGISTRY_INCLUDES:
+            problems.append(
+                Diagnostic(
+                    file=path,
+                    line=line,
+                    code="forbidden_include",
+                    message=f"#include of {target!r}: absolute and '..' include paths are not allowed",
+                    hint="include system/CUDA/torch headers, files of the candidate by relative path, and "
+                    '"../binding_registry.h"',
+                )
+            )
     return problems
 
 

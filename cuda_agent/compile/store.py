@@ -7,6 +7,7 @@ Layout of an artifact:
     build.json             the BuildRecord (form, device, arch, the successful CompileResult)
     kernels/               PROJECT: libkernels.so + manifest.json (what load_kernels opens)
     torch_extensions/      KERNELBENCH: TORCH_EXTENSIONS_DIR after the build (ninja finds it up to date)
+    extension/             WORKDIR: cuda_extension.so, the Python module model_new.py imports
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from cuda_agent import safefs
-from cuda_agent.contracts.candidate import CandidateForm
+from cuda_agent.contracts.candidate import EXTENSION_DIR_ENV, CandidateForm
 from cuda_agent.contracts.common import Device
 from cuda_agent.contracts.compile import CompileResult
 from cuda_agent.settings import get_settings
@@ -31,6 +32,7 @@ RECORD_NAME = "build.json"
 # KERNELBENCH builds bake absolute paths into build.ninja; the build and every later load see the extension
 # directory at this one path inside the sandbox, so ninja finds it up to date instead of rebuilding.
 TORCH_EXT_SANDBOX_DIR = Path("/cuda_agent_torch_extensions")
+EXTENSION_DIR = "extension"  # WORKDIR: the artifact's folder holding the built module
 _KEY = re.compile(r"[0-9a-f]{64}")
 # Bounds on what is read back from a build's directories: a record holds at most a 64 KiB log and diagnostics;
 # an extension directory holds a handful of sources, objects and one library per extension.
@@ -171,6 +173,7 @@ def materialize_artifact(key: str, dest_dir: Path, base_url: str | None = None) 
     """Copy what the candidate process needs into ``dest_dir`` (writable) and say how to expose it.
 
     PROJECT: ``dest_dir/kernels`` with the library and manifest; env ``CUDA_AGENT_KERNELS_DIR`` points there.
+    WORKDIR: ``dest_dir/extension`` with cuda_extension.so; env ``CUDA_AGENT_EXTENSION_DIR`` points there.
     KERNELBENCH: ``dest_dir/torch_extensions``, bound at ``TORCH_EXT_SANDBOX_DIR`` (the path it was built at) with
     env ``TORCH_EXTENSIONS_DIR`` and the same ``TORCH_CUDA_ARCH_LIST``, so ``load_inline`` only loads. The copy is
     writable because torch takes a lock file in it; copying keeps mtimes, which ninja compares. A link, FIFO or
@@ -179,7 +182,7 @@ def materialize_artifact(key: str, dest_dir: Path, base_url: str | None = None) 
     root = ensure_artifact(key, base_url)
     record = read_record(key)
     dest_dir.mkdir(parents=True, exist_ok=True)
-    name = "kernels" if record.form is CandidateForm.PROJECT else "torch_extensions"
+    name = {CandidateForm.PROJECT: "kernels", CandidateForm.WORKDIR: EXTENSION_DIR}.get(record.form, "torch_extensions")
     target = dest_dir / name
     try:
         copy_artifact_tree(root / name, target)
@@ -187,6 +190,8 @@ def materialize_artifact(key: str, dest_dir: Path, base_url: str | None = None) 
         raise ArtifactError(f"artifact {key}: {exc}") from None
     if record.form is CandidateForm.PROJECT:
         return CandidateRuntime(env={"CUDA_AGENT_KERNELS_DIR": str(target)})
+    if record.form is CandidateForm.WORKDIR:
+        return CandidateRuntime(env={EXTENSION_DIR_ENV: str(target)})
     env = {"TORCH_EXTENSIONS_DIR": str(TORCH_EXT_SANDBOX_DIR), "MAX_JOBS": "2"}
     if record.torch_cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = record.torch_cuda_arch_list

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, computed_field, field_validator
 
 from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import MAX_NAME_CHARS, MAX_SOURCE_CHARS, Device, RequestModel, TolerancePreset
@@ -89,6 +89,9 @@ class RewardEvent(BaseModel):
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     message: str = ""
+    candidate_key: str | None = Field(
+        None, description="Content key of the candidate compiled or verified (GET /v1/candidates/{key})."
+    )
 
 
 class TurnRecord(BaseModel):
@@ -107,6 +110,12 @@ class BestCandidate(BaseModel):
     turn: int
     candidate: CandidateSource
     result: EvalResult
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def candidate_key(self) -> str:
+        """The candidate's content key, as its reward events name it (GET /v1/candidates/{key})."""
+        return self.candidate.key
 
 
 class RolloutConfig(EvalOptions):
@@ -344,3 +353,5 @@ class RolloutProgress(BaseModel):
     turn: int
     best_reward: float | None = None
     best_speedup: float | None = None
+    tools: list[str] = Field(default_factory=list, description="The names of the tools this turn called.")
+    events: list[RewardEvent] = Field(default_factory=list, description="This turn's compiles and verifications.")

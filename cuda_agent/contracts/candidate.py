@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
@@ -28,6 +29,17 @@ HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
 KERNEL_SUFFIXES = UNIT_SUFFIXES + HEADER_SUFFIXES
 # Reading a folder stops here: the agent's bash can leave anything in its workspace.
 MAX_CANDIDATE_BYTES = 2 * 1024 * 1024
+# The workdir form (the released CUDA Agent environment's layout): the platform supplies these two files and builds
+# them with the candidate's kernels into one Python module, EXTENSION_MODULE, that model_new.py imports. A workspace
+# also holds the reference (model.py) and the environment's scripts (utils/); none of them is part of a candidate.
+WORKDIR_BINDING_FILE = "binding.cpp"
+WORKDIR_REGISTRY_HEADER = "binding_registry.h"
+WORKDIR_PLATFORM_FILES = frozenset({WORKDIR_BINDING_FILE, WORKDIR_REGISTRY_HEADER})
+WORKDIR_REFERENCE_FILE = "model.py"
+EXTENSION_MODULE = "cuda_extension"
+# Where the evaluation child finds a workdir candidate's built module (set from its artifact).
+EXTENSION_DIR_ENV = "CUDA_AGENT_EXTENSION_DIR"
+BINDING_SUFFIX = "_binding.cpp"  # kernels/<name>_binding.cpp: the PyTorch binding of kernels/<name>.cu
 
 
 class CandidateForm(StrEnum):
@@ -36,6 +48,24 @@ class CandidateForm(StrEnum):
     # model_new.py + kernels/*.cu|*.cpp|headers, built without torch headers and bound by our fixed launcher
     # (cuda_agent.kernels); the fast path.
     PROJECT = "project"
+    # The released CUDA Agent environment's layout: model_new.py imports `cuda_extension`, built from kernels/*.cu,
+    # their torch bindings kernels/*_binding.cpp, vendor calls in kernels/*.cpp and the platform's binding.cpp.
+    WORKDIR = "workdir"
+
+
+class RuleProfile(StrEnum):
+    """What a candidate may use besides its own kernels; a named set of static and run-time rules."""
+
+    # PyTorch compute only where the problem allows it; the allow-listed CUDA math libraries (libraries.py).
+    STANDARD = "standard"
+    # The CUDA Agent paper's rules: cuBLAS only for GEMM, cuDNN only for convolution, no torch operator in Python
+    # or C++ beyond allocation, judged at the paper tolerance (atol = rtol = 1e-2).
+    PAPER = "paper"
+
+
+def default_rules(form: CandidateForm) -> RuleProfile:
+    """The workdir form is the released environment's, so its rules are the paper's unless a request says so."""
+    return RuleProfile.PAPER if form is CandidateForm.WORKDIR else RuleProfile.STANDARD
 
 
 class CandidateSource(BaseModel):
@@ -98,15 +128,21 @@ def layout_error(candidate: CandidateSource) -> str | None:
             continue
         if candidate.form is CandidateForm.KERNELBENCH:
             return f"a kernelbench candidate is {MODEL_NEW_FILE} alone; remove {name}"
+        if candidate.form is CandidateForm.WORKDIR and name in WORKDIR_PLATFORM_FILES:
+            return f"{name} is supplied by the platform, never by the candidate; remove it"
         if not is_kernel_file(name):
-            return f"{name}: project files are {MODEL_NEW_FILE} and {KERNELS_DIR}/*{'|*'.join(KERNEL_SUFFIXES)}"
+            suffixes = "|*".join(KERNEL_SUFFIXES)
+            return f"{name}: {candidate.form.value} files are {MODEL_NEW_FILE} and {KERNELS_DIR}/*{suffixes}"
     return None
 
 
 def read_candidate_dir(root: Path, form: CandidateForm | None = None) -> CandidateSource:
-    """The candidate in folder ``root``: model_new.py plus, for the project form, every kernel file below kernels/.
+    """The candidate in folder ``root``: model_new.py plus, for the project and workdir forms, every kernel file below
+    kernels/. A workdir workspace's binding.cpp, binding_registry.h, model.py and utils/ are not read: the platform
+    supplies its own.
 
-    ``form`` None infers it (project when kernel files exist). Reads go through ``safefs``: the folder may have been
+    ``form`` None infers it (workdir when the folder holds the workdir binding files or model_new.py imports
+    ``cuda_extension``, else project when kernel files exist). Reads go through ``safefs``: the folder may have been
     written from a sandbox, so a link, FIFO or device node is never followed and is not part of the candidate,
     and the sources total at most MAX_CANDIDATE_BYTES. Messages name paths relative to ``root`` only: the agent
     reading them knows its workspace, not where it lies on the host.
@@ -135,8 +171,18 @@ def read_candidate_dir(root: Path, form: CandidateForm | None = None) -> Candida
             ) from None
         size += len(files[name].encode())
     if form is None:
-        form = CandidateForm.PROJECT if len(files) > 1 else CandidateForm.KERNELBENCH
+        if any(safefs.exists(root, name) for name in WORKDIR_PLATFORM_FILES) or imports_extension(
+            files[MODEL_NEW_FILE]
+        ):
+            form = CandidateForm.WORKDIR
+        else:
+            form = CandidateForm.PROJECT if len(files) > 1 else CandidateForm.KERNELBENCH
     return CandidateSource(form=form, files=files)
+
+
+def imports_extension(model_new: str) -> bool:
+    """Whether model_new.py imports the workdir form's module (``import cuda_extension`` or ``from cuda_extension``)."""
+    return re.search(rf"^\s*(import|from)\s+{EXTENSION_MODULE}\b", model_new, re.MULTILINE) is not None
 
 
 def read_candidate(path: Path) -> CandidateSource:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from cuda_agent.contracts.candidate import CandidateSource
+from cuda_agent.contracts.candidate import CandidateSource, RuleProfile, default_rules
 from cuda_agent.contracts.common import MAX_SOURCE_CHARS, Device, EvalStatus, RequestModel, TolerancePreset
 
 # A compiled artifact's content address (compile.store.check_key).
@@ -29,6 +29,16 @@ class EvalOptions(BaseModel):
     warmup: int = Field(10, ge=0, le=MAX_WARMUP)
     measure_baselines: bool = Field(True, description="Time eager and torch.compile baselines (cached).")
     allow_torch_compute: bool = Field(False, description="The problem allows PyTorch compute in forward.")
+    rules: RuleProfile | None = Field(
+        None,
+        description="Rule profile; None: the candidate form's default (paper for workdir, standard otherwise). "
+        "paper judges at the paper tolerance and forbids PyTorch compute.",
+    )
+    load_reference_state: bool = Field(
+        False,
+        description="Load the reference model's state_dict into ModelNew before judging it (strict: every key "
+        "present, every shape equal), as the released CUDA Agent environment does.",
+    )
     timeout_s: float | None = Field(
         None, gt=0, le=MAX_EVAL_TIMEOUT_S, description="Wall-clock limit per child; None: settings.eval_timeout_s."
     )
@@ -42,6 +52,19 @@ class EvalRequest(RequestModel, EvalOptions):
     artifact_key: str | None = Field(
         None, pattern=ARTIFACT_KEY_PATTERN, description="Compiled artifact of the candidate (compile_svc)."
     )
+
+    @model_validator(mode="after")
+    def _resolve_rules(self) -> EvalRequest:
+        """The rule profile in force, written back so results record it; paper sets its tolerance and forbids
+        PyTorch compute (a request asking for the strict tolerance or for compute under it is refused)."""
+        self.rules = self.rules or default_rules(self.candidate.form)
+        if self.rules is RuleProfile.PAPER:
+            if self.tolerance is TolerancePreset.STRICT:
+                raise ValueError("rules 'paper' judge at the paper tolerance (atol=rtol=1e-2), not 'strict'")
+            if self.allow_torch_compute:
+                raise ValueError("rules 'paper' forbid PyTorch compute: allow_torch_compute must be false")
+            self.tolerance = TolerancePreset.PAPER
+        return self
 
 
 class Finding(BaseModel):

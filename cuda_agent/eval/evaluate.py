@@ -31,7 +31,7 @@ import torch
 from pydantic import ValidationError
 
 from cuda_agent import safefs
-from cuda_agent.contracts.candidate import PROBLEM_FILE, CandidateForm, layout_error
+from cuda_agent.contracts.candidate import PROBLEM_FILE, CandidateForm, RuleProfile, layout_error
 from cuda_agent.contracts.common import Device, EvalStatus
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, Finding, Fingerprint, TimingStats
 from cuda_agent.eval import memory
@@ -462,6 +462,7 @@ class Evaluation:
             "candidate",
             project_form=self.req.candidate.form is CandidateForm.PROJECT,
             allow_torch_compute=self.req.allow_torch_compute,
+            load_reference_state=self.req.load_reference_state,
             env=env,
         )
 
@@ -475,7 +476,7 @@ class Evaluation:
     # --- main flow ----------------------------------------------------------------------------------------
     def run(self) -> EvalResult:
         req = self.req
-        static = scan_candidate(req.candidate)
+        static = scan_candidate(req.candidate, req.rules or RuleProfile.STANDARD)
         self.check_candidate_files()
         if self.cuda:
             self.pick_gpu()
@@ -651,11 +652,12 @@ class Evaluation:
         for name, text in self.req.candidate.files.items():
             safefs.write_text(cand_dir, name, text)
         if self.req.artifact_key is None:
-            if self.req.candidate.form is CandidateForm.PROJECT:
+            if self.req.candidate.form is not CandidateForm.KERNELBENCH:
                 raise Abort(
                     self.result(
                         EvalStatus.SANDBOX_ERROR,
-                        "project-form candidate evaluated without artifact_key: compile it first",
+                        f"{self.req.candidate.form.value}-form candidate evaluated without artifact_key: compile it "
+                        "first",
                     )
                 )
             return {"TORCH_EXTENSIONS_DIR": str(cand_dir / "torch_extensions")}

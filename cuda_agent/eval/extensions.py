@@ -37,6 +37,25 @@ def wrap_module(module: types.ModuleType) -> types.ModuleType:
     return module
 
 
+def preload(directory: str, name: str) -> types.ModuleType:
+    """Import the compiled module ``name`` from ``directory`` (a workdir-form artifact) and wrap it, so the
+    candidate's own ``import name`` finds it in sys.modules, hooked like a module cpp_extension returned."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    path = os.path.join(directory, f"{name}.so")
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:
+        raise ImportError(f"cannot load {name} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[name] = wrap_module(module)
+    return module
+
+
 def install() -> Callable[[Hook | None], None]:
     """Make cpp_extension's loaders return wrapped modules (call before the candidate loads); returns set_hook."""
     from torch.utils import cpp_extension

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import re
 
-from cuda_agent.contracts.candidate import KERNEL_SUFFIXES, CandidateSource
+from cuda_agent.compile.libraries import WORKDIR_LIBRARIES
+from cuda_agent.compile.manifest import blank_comments, included, line_of
+from cuda_agent.contracts.candidate import KERNEL_SUFFIXES, CandidateSource, RuleProfile
 from cuda_agent.contracts.eval import Finding
 
 FORBIDDEN_MODULES = frozenset(
@@ -224,11 +226,144 @@ def scan_python(source: str, filename: str) -> list[Finding]:
     return scanner.findings
 
 
-def scan_candidate(candidate: CandidateSource) -> list[Finding]:
+def scan_candidate(candidate: CandidateSource, rules: RuleProfile = RuleProfile.STANDARD) -> list[Finding]:
     findings: list[Finding] = []
     for path, text in sorted(candidate.files.items()):
         if path.endswith(".py"):
             findings += scan_python(text, path)
-        elif path.endswith(KERNEL_SUFFIXES) and NATIVE_ESCAPES.search(text):
-            findings.append(Finding(code="static_native_escape", message=f"{path}: calls dlopen/system/fork/exec"))
+            if rules is RuleProfile.PAPER:
+                findings += paper_python(text, path)
+        elif path.endswith(KERNEL_SUFFIXES):
+            if NATIVE_ESCAPES.search(text):
+                findings.append(Finding(code="static_native_escape", message=f"{path}: calls dlopen/system/fork/exec"))
+            if rules is RuleProfile.PAPER:
+                findings += paper_native(text, path)
+    return findings
+
+
+# --- the paper profile ----------------------------------------------------------------------------------------
+# Rule names as findings carry them: static_paper_<rule>.
+RULE_TORCH_OPERATOR = "paper_torch_operator"
+RULE_VENDOR_LIBRARY = "paper_vendor_library"
+RULE_VENDOR_CALL = "paper_vendor_call"
+_RULE_TEXT = {
+    RULE_TORCH_OPERATOR: "no torch operator beyond allocation",
+    RULE_VENDOR_LIBRARY: "vendor libraries: cuBLAS for GEMM and cuDNN for convolution only",
+    RULE_VENDOR_CALL: "cuBLAS only for GEMM, cuDNN only for convolution",
+}
+# torch functions that only allocate, describe or move tensors (the run-time guard's allow-list, in Python names).
+TORCH_ALLOCATION = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "full_like",
+        "from_blob",
+        "no_grad",
+        "inference_mode",
+        "device",
+        "dtype",
+        "is_tensor",
+        "get_default_dtype",
+        "Size",
+        "TensorOptions",
+        "scalar_tensor",
+        "getCurrentCUDAStream",
+        "elementSize",
+        "toString",
+    }
+)
+# Tensor methods that compute: a call of one of these names on anything is taken for a torch operator.
+TORCH_COMPUTE_METHODS = frozenset(
+    {
+        "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", "conv1d", "conv2d", "conv3d",
+        "sum", "mean", "prod", "cumsum", "amax", "amin", "argmax", "argmin", "norm", "var", "std", "logsumexp",
+        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "pow", "sqrt", "rsqrt", "exp", "log",
+        "relu", "relu_", "sigmoid", "tanh", "gelu", "silu", "softmax", "log_softmax", "clamp", "clamp_",
+        "abs", "neg", "maximum", "minimum", "where", "masked_fill", "topk", "layer_norm", "batch_norm",
+    }
+)  # fmt: skip
+# Namespaces whose every call is an operator.
+_TORCH_OPERATOR_NAMESPACES = ("torch.nn.functional.", "torch.special.", "torch.linalg.", "torch.fft.")
+
+
+def _paper(rule: str, path: str, line: int | str, what: str) -> Finding:
+    return Finding(code=f"static_{rule}", message=f"{path} line {line}: {what} (paper rule: {_RULE_TEXT[rule]})")
+
+
+def paper_python(source: str, path: str) -> list[Finding]:
+    """torch operators called outside ``__init__`` (where weights are made; they are replaced by the reference's
+    state_dict anyway): ``torch.<op>``, ``torch.nn.functional`` and the like, and compute methods on anything."""
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError:
+        return []
+    aliases = {"torch": "torch"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names if a.name.startswith("torch")})
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch"):
+            aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            skip |= {id(n) for n in ast.walk(node)}
+    findings: list[Finding] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in skip:
+            continue
+        dotted = _dotted(node.func) or ""
+        root, _, rest = dotted.partition(".")
+        full = f"{aliases[root]}.{rest}".rstrip(".") if root in aliases else dotted
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else full.rsplit(".", 1)[-1]
+        is_operator = full.startswith(_TORCH_OPERATOR_NAMESPACES) or (
+            full.startswith("torch.") and full.count(".") == 1 and name[:1].islower() and name not in TORCH_ALLOCATION
+        )
+        if not is_operator and isinstance(node.func, ast.Attribute) and root not in aliases:
+            is_operator = name in TORCH_COMPUTE_METHODS
+        if is_operator:
+            findings.append(_paper(RULE_TORCH_OPERATOR, path, node.lineno, f"calls {full or '.' + name}()"))
+    return findings
+
+
+_CPP_TORCH_CALL = re.compile(r"\b(?P<ns>torch|at)::(?P<path>(?:\w+::)*)(?P<name>\w+)\s*(?:<[^<>;()]*>)?\s*\(")
+_CPP_METHOD_CALL = re.compile(r"(?:\.|->)\s*(?P<name>\w+)\s*(?:<[^<>;()]*>)?\s*\(")
+_CPP_VENDOR_CALL = re.compile(r"\b(?P<name>(?:cublas|cudnn)\w*)\s*\(")
+# Set-up and bookkeeping calls of the libraries, and the calls the paper allows them for.
+_CUBLAS_ALLOWED = re.compile(
+    r"gemm|matmul|create|destroy|^cublas(lt)?(set|get)|matrixlayout|preference|heuristic|version|status", re.I
+)
+_CUDNN_ALLOWED = re.compile(r"convolution|^cudnn(create|destroy|set|get|find)|errorstring|version", re.I)
+_PAPER_LIBRARIES = frozenset({"cublas", "cublasLt", "cudnn"})
+
+
+def paper_native(source: str, path: str) -> list[Finding]:
+    """torch operators called from C++/CUDA (allocation, streams and types are allowed), vendor libraries other
+    than cuBLAS and cuDNN, and their calls that are not a GEMM or a convolution."""
+    text = blank_comments(source)
+    findings: list[Finding] = []
+    for m in _CPP_TORCH_CALL.finditer(text):
+        name, namespace = m.group("name"), m.group("path")
+        allowed = name in TORCH_ALLOCATION or name[:1].isupper() or namespace.startswith("cuda::")
+        if not allowed and not namespace.startswith("indexing"):
+            call = f"{m.group('ns')}::{namespace}{name}"
+            findings.append(_paper(RULE_TORCH_OPERATOR, path, line_of(text, m.start()), f"calls {call}()"))
+    for m in _CPP_METHOD_CALL.finditer(text):
+        if m.group("name") in TORCH_COMPUTE_METHODS:
+            what = f"calls the tensor method .{m.group('name')}()"
+            findings.append(_paper(RULE_TORCH_OPERATOR, path, line_of(text, m.start()), what))
+    for header, line in included(source):
+        for library, headers in WORKDIR_LIBRARIES.items():
+            if header in headers and library not in _PAPER_LIBRARIES:
+                findings.append(_paper(RULE_VENDOR_LIBRARY, path, line, f"includes {header} ({library})"))
+    for m in _CPP_VENDOR_CALL.finditer(text):
+        name = m.group("name")
+        allowed = _CUBLAS_ALLOWED if name.startswith("cublas") else _CUDNN_ALLOWED
+        if not allowed.search(name):
+            findings.append(_paper(RULE_VENDOR_CALL, path, line_of(text, m.start()), f"calls {name}()"))
     return findings

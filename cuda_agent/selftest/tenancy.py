@@ -1,6 +1,7 @@
 """The auth and tenancy part: every /v1 route of every service (read from its OpenAPI schema, so a new route is
 covered without editing this file) answers 401 without a key and with a bad one, and 404 to another tenant for
-every object kind in its path; objects named in a body, idempotency keys, operator secrets and the public health
+every object kind in its path, and a list route (a GET without objects in its path) names none of the first
+tenant's objects to the second; objects named in a body, idempotency keys, operator secrets and the public health
 routes are checked the same way.
 """
 
@@ -13,22 +14,29 @@ from typing import Any
 
 import httpx
 
+from cuda_agent.contracts.candidate import CandidateSource
 from cuda_agent.selftest.problems import TRANSPOSE_PROBLEM, evaluation_request, fresh_candidate
 from cuda_agent.selftest.report import PartReport
 from cuda_agent.selftest.sandbox import optimize_body
 from cuda_agent.selftest.stack import SERVICES, TENANTS, Stack
 
 OWNER, OTHER = TENANTS
-PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+PUBLIC = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/ui/", "/ui/app.js")
 
 
 def owned_objects(stack: Stack) -> dict[str, str]:
     """One object of every kind, owned by the first tenant: path parameter name -> id."""
     probe = stack.post("agent", "/v1/probe", {"queue": "compile", "echo": "tenancy"}).json()["id"]
-    built = stack.post("compile", "/v1/compile", {"candidate": fresh_candidate(), "device": stack.device.value}).json()
+    candidate = fresh_candidate()
+    built = stack.post("compile", "/v1/compile", {"candidate": candidate, "device": stack.device.value}).json()
     built = stack.wait_job("compile", built["id"], timeout_s=300)
-    rollout = stack.post("agent", "/v1/optimize", optimize_body(stack, [])).json()
+    # A problem no other tenant sends: problems are shared rows, visible to each tenant that worked on them.
+    body = optimize_body(stack, [])
+    body["problem_source"] = f"# tenancy {uuid.uuid4().hex}\n{body['problem_source']}"
+    rollout = stack.post("agent", "/v1/optimize", body).json()
     rollout = stack.wait_job("agent", rollout["id"], timeout_s=300)
+    trajectory_id = (rollout.get("result") or {}).get("trajectory_id") or ""
+    trajectory = stack.get("agent", f"/v1/trajectories/{trajectory_id}").json() if trajectory_id else {}
     # Datasets and training runs take minutes to make through their jobs; their rows are what ownership is about.
     from cuda_agent.dataset.store import save_dataset
     from cuda_agent.train.store import create_run
@@ -40,7 +48,9 @@ def owned_objects(stack: Stack) -> dict[str, str]:
         "dataset_id": save_dataset(f"tenancy-{run_id}", [], tenant=OWNER),
         "run_id": run_id,
         "artifact_key": (built.get("result") or {}).get("artifact_key") or "",
-        "trajectory_id": (rollout.get("result") or {}).get("trajectory_id") or "",
+        "trajectory_id": trajectory_id,
+        "problem_id": trajectory.get("problem_id") or "",
+        "candidate_key": CandidateSource.model_validate(candidate).key,
     }
 
 
@@ -83,6 +93,24 @@ def check_routes(stack: Stack, report: PartReport, objects: dict[str, str]) -> N
                 if method == "GET":
                     status = _call(base, method, path, stack.headers(OWNER))
                     report.add(f"{name}: owner", status == 200, f"answered {status} to the owner, expected 200")
+            elif method == "GET":
+                check_listing(base, name, path, report, stack, objects)
+
+
+def check_listing(base: str, name: str, path: str, report: PartReport, stack: Stack, objects: dict[str, str]) -> None:
+    """A list route names some of the owner's objects to the owner (so the check below is not vacuous) and none of
+    them to another tenant."""
+    for tenant, label in ((OWNER, "owner's list"), (OTHER, "other tenant's list")):
+        try:
+            response = httpx.get(base + path, headers=stack.headers(tenant), timeout=30)
+        except httpx.HTTPError as exc:
+            report.add(f"{name}: {label}", False, f"no answer: {type(exc).__name__}")
+            continue
+        shown = sorted(kind for kind, value in objects.items() if value and value in response.text)
+        held = response.status_code == 200 and (bool(shown) if tenant == OWNER else not shown)
+        report.add(
+            f"{name}: {label}", held, f"answered {response.status_code}, naming the owner's {shown or 'nothing'}"
+        )
 
 
 def check_body_references(stack: Stack, report: PartReport, objects: dict[str, str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, BackgroundTasks, HTTPException, status
 from fastapi.responses import PlainTextResponse
 from starlette.responses import JSONResponse
 
@@ -11,18 +11,26 @@ from cuda_agent.agent.policies import names_an_endpoint
 from cuda_agent.agent.policies.openai_policy import resolve_endpoint
 from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
-from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, SettingsDep
+from cuda_agent.api.deps import IdempotencyKeyDep, ObjectId, OffsetQuery, SettingsDep, page_limit
 from cuda_agent.api.submit import submit_and_respond
 from cuda_agent.contracts.agent import RolloutRequest, Trajectory
 from cuda_agent.contracts.common import JobKind
+from cuda_agent.contracts.verified import CandidateDetail, ProblemDetail, ProblemSummary
 from cuda_agent.settings import ConfigError
+from cuda_agent.verified import candidate_detail, list_problems, problem_detail
 
 router = APIRouter(tags=["agent"])
+
+LimitQuery = page_limit(1000)  # problems and verifications are a few hundred bytes each
 
 
 @router.post("/optimize", status_code=status.HTTP_202_ACCEPTED)
 def optimize(
-    body: RolloutRequest, tenant: TenantDep, settings: SettingsDep, idempotency_key: IdempotencyKeyDep = None
+    body: RolloutRequest,
+    tenant: TenantDep,
+    settings: SettingsDep,
+    background: BackgroundTasks,
+    idempotency_key: IdempotencyKeyDep = None,
 ) -> JSONResponse:
     """Start an agent rollout on a problem; poll GET /v1/jobs/{id} or stream /v1/jobs/{id}/events."""
     if names_an_endpoint(body.policy):  # refused now, not after the job waited in the queue
@@ -37,6 +45,7 @@ def optimize(
         idempotency_key=idempotency_key,
         tenant=tenant,
         limit=settings.max_concurrent_jobs,
+        background=background,
     )
 
 
@@ -55,6 +64,32 @@ def export_trajectory(trajectory_id: ObjectId, tenant: TenantDep) -> PlainTextRe
     return PlainTextResponse(
         read_trajectory(trajectory_id, tenant).model_dump_json() + "\n", media_type="application/jsonl"
     )
+
+
+@router.get("/problems")
+def read_problems(tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 100) -> list[ProblemSummary]:
+    """The problems you optimized or verified candidates on, newest first, with your best speedup on each."""
+    return list_problems(tenant, offset, limit)
+
+
+@router.get("/problems/{problem_id}")
+def read_problem(
+    problem_id: ObjectId, tenant: TenantDep, offset: OffsetQuery = 0, limit: LimitQuery = 500
+) -> ProblemDetail:
+    """A problem's source and one page of every verification of yours on it, oldest first (speedup over time)."""
+    problem = problem_detail(problem_id, tenant, offset, limit)
+    if problem is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"problem {problem_id} not found")
+    return problem
+
+
+@router.get("/candidates/{candidate_key}")
+def read_candidate(candidate_key: ObjectId, tenant: TenantDep) -> CandidateDetail:
+    """A candidate's files by content key (a verification's candidate_key), if a job of yours built or verified it."""
+    candidate = candidate_detail(candidate_key, tenant)
+    if candidate is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"candidate {candidate_key} not found")
+    return candidate
 
 
 app = create_app("agent", [router])

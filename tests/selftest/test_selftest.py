@@ -58,19 +58,18 @@ def _selftest_databases() -> set[str]:
 @pytest.mark.sandbox
 @pytest.mark.slow
 def test_real_parts_on_a_real_stack(tmp_path: Path) -> None:
-    """Tenancy over every route of the five services, and two sandbox attacks through the eval worker: the run
-    drops its database, and the table and JSON agree."""
+    """Sandbox attacks through the eval worker of a private stack: the run drops its database, and the table and
+    JSON agree. (The tenancy and badinput parts run on every CI run through scripts/test.sh's own selftest call.)"""
     before = _selftest_databases()
     out = tmp_path / "report.json"
     only = "run_control,run_read_canary,run_network"
-    done = cli("selftest", "--parts", "tenancy,sandbox", "--only", only, "--json", str(out), timeout=900)
+    done = cli("selftest", "--parts", "sandbox", "--only", only, "--json", str(out), timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     parts = {p["part"]: p for p in report["parts"]}
     assert report["passed"] is True
-    assert parts["tenancy"]["tried"] > 50 and parts["tenancy"]["failed"] == 0
     checks = {c["name"]: c for c in parts["sandbox"]["checks"]}
     assert set(checks) == {*only.split(","), "host_responsive"}
     assert all(c["held"] for c in checks.values()), checks
-    assert "│ tenancy │" in done.stdout and "│ sandbox │ 4 " in done.stdout
+    assert set(parts) == {"sandbox"} and "│ sandbox │ 4 " in done.stdout
     assert _selftest_databases() == before

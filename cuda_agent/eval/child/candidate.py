@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler
 
-from cuda_agent.contracts.candidate import MODEL_NEW_FILE
+from cuda_agent.contracts.candidate import EXTENSION_DIR_ENV, EXTENSION_MODULE, MODEL_NEW_FILE
 from cuda_agent.eval import extensions, guards, timing
 from cuda_agent.eval.child import harness
 from cuda_agent.eval.child.channel import Channel
@@ -55,6 +55,18 @@ _PROFILER_ALLOWED = guards.ALLOWED_ATEN_OPS | {
     "type_as",
     "empty_strided",
 }
+
+
+def _preload_extension() -> None:
+    """A workdir-form candidate's compiled module, imported (and hooked) before model_new.py imports it by name;
+    a module that fails to load is the candidate's error."""
+    directory = os.environ.get(EXTENSION_DIR_ENV)
+    if directory is None:
+        return
+    try:
+        extensions.preload(directory, EXTENSION_MODULE)
+    except ImportError as exc:
+        raise ProblemError(f"{EXTENSION_MODULE} failed to load: {exc}") from None
 
 
 class ProtocolBroken(Exception):
@@ -102,7 +114,9 @@ class Candidate(harness.ChildRole):
             protected_files=[],
             allowed_read_roots=_python_roots(),
             library_roots=[
-                os.environ[v] for v in ("CUDA_AGENT_KERNELS_DIR", "TORCH_EXTENSIONS_DIR") if v in os.environ
+                os.environ[v]
+                for v in ("CUDA_AGENT_KERNELS_DIR", "TORCH_EXTENSIONS_DIR", EXTENSION_DIR_ENV)
+                if v in os.environ
             ],
         )
         self.audit.install()
@@ -117,6 +131,7 @@ class Candidate(harness.ChildRole):
     def load_and_init(self, source: str, init_inputs: list[Any]) -> None:
         with self.audit.running("load"):
             try:
+                _preload_extension()
                 model_new = load_candidate(source, name="kb_candidate", filename=MODEL_NEW_FILE)
             except ProblemError as exc:
                 self.fail("candidate_error", str(exc))
@@ -126,9 +141,26 @@ class Candidate(harness.ChildRole):
                 model = model_new(*init_inputs)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
+            if self.job.load_reference_state:
+                self.load_reference_state(model, init_inputs)
         self.model = model
         self.collect(harness.INIT_SEED)
         self.phase_done("init")
+
+    def load_reference_state(self, model: Any, init_inputs: list[Any]) -> None:
+        """The reference's weights, made as the reference child makes them (same seed, device), loaded into
+        ModelNew; a mismatch is the candidate's error, naming the keys."""
+        from cuda_agent.workdir.weights import WeightTransferError, transfer_state
+
+        harness.manual_seed(harness.INIT_SEED)
+        with harness.default_device(self.device):
+            reference = self.problem.model_cls(*init_inputs)
+        if isinstance(reference, torch.nn.Module):
+            reference = reference.to(self.device)
+        try:
+            transfer_state(reference, model)
+        except WeightTransferError as exc:
+            self.fail("candidate_error", str(exc))
 
     def guarded(self, step: Callable[..., None], *args: Any) -> None:
         """Run a step that calls candidate code; its exceptions become the report's status."""
@@ -334,6 +366,7 @@ class Profiled(harness.ChildRole):
         with harness.open_file(os.path.join(self.workdir, MODEL_NEW_FILE)) as f:
             source = f.read()
         try:
+            _preload_extension()
             model_new = load_candidate(source, name="kb_candidate", filename=MODEL_NEW_FILE)
             harness.manual_seed(harness.INIT_SEED)
             with harness.default_device(self.device):

@@ -73,6 +73,7 @@ class JobCommand(_Message):
     memory_fraction: float = 0.9
     project_form: bool = False
     allow_torch_compute: bool = False
+    load_reference_state: bool = Field(False, description="Load the reference's state_dict into ModelNew.")
     tolerance: TolerancePreset = TolerancePreset.KERNELBENCH
     baselines: list[Literal["eager", "compile"]] = Field(default_factory=list)
     warmup: int = 0
