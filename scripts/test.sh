@@ -8,7 +8,7 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 bash scripts/services.sh >/dev/null
 if [ "${1:-}" = --slow ]; then
   shift
-  exec python3 -m pytest -m "slow and not gpu" "$@"
+  exec python3 -m pytest -m "slow and not gpu" --durations=20 "$@"
 fi
 
 ruff check .
@@ -22,7 +22,7 @@ export DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:5432/$db"
 alembic upgrade head && alembic check && alembic downgrade base && alembic upgrade head
 unset DATABASE_URL
 
-python3 -m pytest -m "not slow" "$@"
+python3 -m pytest -m "not slow" --durations=30 "$@"
 
 # The selftest's default part for CI: every route of every service, authenticated and not, across tenants, and
 # schemathesis over each: one table against a real stack (the other parts: `cuda-agent selftest`, README).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cuda_agent.contracts.agent import RolloutConfig
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource, RuleProfile
 from cuda_agent.contracts.common import CompileStatus, Device, EvalStatus, TolerancePreset
 from cuda_agent.contracts.compile import CompileRequest, CompileResult
 from cuda_agent.contracts.eval import EvalOptions, EvalRequest, EvalResult
@@ -64,6 +64,7 @@ def test_a_rollout_config_judges_with_its_evaluation_options_only() -> None:
     request = eval_request(PROBLEM, project(KERNEL), None, config)
     assert type(request) is EvalRequest
     assert request.tolerance is TolerancePreset.STRICT and request.timing_trials == 7
-    assert request.model_dump(include=set(EvalOptions.model_fields)) == config.model_dump(
-        include=set(EvalOptions.model_fields)
-    )
+    # Unset rules resolve by the candidate's form (the project form: standard); every other option is the config's.
+    options = set(EvalOptions.model_fields) - {"rules"}
+    assert request.model_dump(include=options) == config.model_dump(include=options)
+    assert config.rules is None and request.rules is RuleProfile.STANDARD

@@ -31,6 +31,7 @@ def optimize_with(server: FakeOpenAIServer, tmp_path: Path, max_turns: int) -> C
     )
 
 
+@pytest.mark.slow
 def test_optimize_cli_embedded(tmp_path: Path) -> None:
     out, data = tmp_path / "out", tmp_path / "data"
     with FakeOpenAIServer(SCRIPT) as server:

@@ -30,6 +30,7 @@ def verify(tmp_path: Path, kernel: str, *extra: str) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_verify_cli_compiles_then_judges(tmp_path: Path) -> None:
     code, out = verify(tmp_path, KERNEL.replace(FIX["old_string"], FIX["new_string"]), "--json")
     assert code == 0, out

@@ -80,6 +80,7 @@ def test_time_window() -> None:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_sandboxed_workers_with_inductor_survive_hangs_and_crashes(tmp_path: Path) -> None:
     """The default backend (inductor: C++ code generation and g++) in the sandbox, two workers, a problem that
     hangs (killed at its timeout) and one that kills its process: each costs only itself."""

@@ -92,6 +92,7 @@ def test_cli_import_then_export(tmp_path: Path, synthesis: tuple[SynthesisReport
     assert missing.returncode == 2 and "no dataset named 'nope'" in missing.stderr
 
 
+@pytest.mark.slow
 def test_cli_synthesize_then_filter(tmp_path: Path) -> None:
     env = {"CUDA_AGENT_DATA_DIR": str(tmp_path / "data")}
     out = tmp_path / "synth.jsonl"

@@ -36,6 +36,7 @@ def optimize_body() -> dict:
     }
 
 
+@pytest.mark.slow
 def test_optimize_through_the_services(stack_env, spawn, pg_url, auth):
     with FakeOpenAIServer(SCRIPT) as server:
         endpoints = {"fake": {"base_url": server.base_url, "model": "fake-model", "api_key": "test"}}

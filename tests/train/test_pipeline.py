@@ -157,6 +157,7 @@ def test_killed_run_resumes_from_its_checkpoint_and_finishes(tiny_model: Path, t
     assert json.loads((run_dir / "checkpoints/step-000060/state.json").read_text()) == {"stage": "ppo", "step": 60}
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_train_data_parallel(tiny_model: Path, tmp_path: Path) -> None:
     """The same entry point under torchrun: DDP over gloo on CPU, metrics averaged, rank 0 writes."""
     config_file = tmp_path / "config.json"
