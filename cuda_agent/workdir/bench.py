@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,16 +97,17 @@ def run_workdir_build_benchmark(workspace: Path, include_load: bool = True) -> d
         ldflags = [f.replace("-Xlinker=", "-Wl,") for f in link_flags(libraries)]
         includes = sorted({str(lib.include_dir) for lib in libraries})
         with tempfile.TemporaryDirectory() as tmp:
+            # Only the files read through the candidate reader (cold) and the platform's own: the workspace folder
+            # itself may hold links or special files that a copy would follow.
             root = Path(tmp) / "workspace"
-            shutil.copytree(workspace, root, ignore=shutil.ignore_patterns("__pycache__", "build"))
-            for name, text in PLATFORM_FILES.items():
-                (root / name).write_text(text)
-            for name, text in cold.files.items():
+            files = {**PLATFORM_FILES, **cold.files}
+            for name, text in files.items():
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
                 (root / name).write_text(text)
             (Path(tmp) / "build").mkdir()
             figures["load_cold_s"] = _load(root, Path(tmp) / "build", ldflags, includes)
             for what, name, marker in (("kernel", kernel, "c"), ("binding", binding, "d")):
-                (root / name).write_text((root / name).read_text() + f"\n// {run} {marker}\n")
+                (root / name).write_text(files[name] + f"\n// {run} {marker}\n")
                 figures[f"load_edit_{what}_s"] = _load(root, Path(tmp) / "build", ldflags, includes)
         figures["cold_over_load"] = figures["cold_s"] / figures["load_cold_s"]
     figures["torch_include"] = str(flags.torch_dir() / "include")
