@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     compile_memory_quota_bytes: int = Field(
         8 * 1024**3, gt=0, description="Resident memory quota of one sandboxed build (its processes and its /tmp)."
     )
+    compile_cache_max_bytes: int = Field(
+        20 * 1024**3,
+        gt=0,
+        description="Byte budget of the compile caches together (artifacts, cached objects, precompiled headers); "
+        "past it, each build evicts the least recently used entries.",
+    )
     cuda_arch: str | None = Field(
         None, description="Target arch, e.g. sm_90a. Unset: detected from the GPU, else sm_90."
     )

@@ -9,6 +9,7 @@ reductions and pointwise arithmetic, which plan.py fuses back together.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from cuda_agent.author.ir import BINARY, DTYPES, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported
@@ -34,7 +36,16 @@ _VIEWS = frozenset(
 )  # fmt: skip
 _CONSTS = frozenset({"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like"})
 # Ops returning (values, indices) whose values the author computes; a graph using the indices is unsupported.
-_VALUES_OF = frozenset({aten.max_pool2d_with_indices.default, aten.max.dim, aten.min.dim})
+_VALUES_OF = frozenset(
+    {
+        aten.max_pool2d_with_indices.default,
+        aten.max_pool3d_with_indices.default,
+        aten.adaptive_max_pool2d.default,
+        aten.adaptive_max_pool3d.default,
+        aten.max.dim,
+        aten.min.dim,
+    }
+)
 _OPERAND = (torch.fx.Node, bool, int, float)
 _CASTS = frozenset({"_to_copy", "convert_element_type", "to", "type_as"})
 
@@ -71,6 +82,19 @@ def _var(x: torch.Tensor, dim: Any = None, *, correction: float | None = None, k
     return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
 
 
+def _arg_extreme(extreme: Any, x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """argmax / argmin as reductions the author fuses: the extreme, then the smallest index holding it (torch
+    returns the first of ties)."""
+    if dim is None:
+        x, dim = aten.reshape(x, [-1]), 0
+    dim %= max(x.dim(), 1)
+    n = x.shape[dim]
+    along = [n if d == dim else 1 for d in range(x.dim())]
+    index = aten.reshape(aten.arange(n, dtype=torch.int64, device=x.device), along)
+    hits = aten.where(aten.eq(x, extreme(x, [dim], True)), index, n)
+    return aten.amin(hits, [dim], keepdim)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(
@@ -97,6 +121,8 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
         table[op] = _mean
     table[aten.var_mean.correction] = _var_mean
     table[aten.var.correction] = _var
+    table[aten.argmax.default] = functools.partial(_arg_extreme, aten.amax)
+    table[aten.argmin.default] = functools.partial(_arg_extreme, aten.amin)
     return table
 
 
@@ -114,9 +140,13 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
 
     with torch.device("meta"), torch.no_grad():
         try:
-            gm = make_fx(call, decomposition_table=decompositions())(
-                [state[n] for n in names], *[inputs[i] for i in tensor_pos]
-            )
+            # Functionalized: in-place ops (ReLU(inplace=True), x.add_) become their pure forms, and the updates
+            # of buffers (batch norm's running statistics in training mode) become copies back at the end. The
+            # decompositions run beneath that and may mutate temporaries of their own (rms_norm's add_): a second
+            # pass over the traced graph makes those pure too.
+            args = ([state[n] for n in names], *[inputs[i] for i in tensor_pos])
+            traced = make_fx(functionalize(call, remove="mutations"), decomposition_table=decompositions())(*args)
+            gm = make_fx(functionalize(traced, remove="mutations"))(*args)
         except Unsupported:
             raise
         except Exception as exc:  # the reference itself cannot be traced on meta tensors
@@ -155,6 +185,11 @@ def _dtype(value: Any, where: str) -> str:
 def _to_ir(
     gm: torch.fx.GraphModule, names: list[str], n_params: int, tensor_pos: list[int], arg_count: int, single: bool
 ) -> Graph:
+    # The copies back into buffers and inputs are state for the next call, which the judged outputs of this one do
+    # not read: the author leaves them out (and with them what computes them, such as running statistics).
+    for fx in list(gm.graph.nodes):
+        if fx.target is aten.copy_.default and fx.args[0].op == "placeholder" and not fx.users:
+            gm.graph.erase_node(fx)
     gm.graph.eliminate_dead_code()  # unused outputs of multi-output ops (pooling indices) are not asked for
     env: dict[torch.fx.Node, Node] = {}
     nodes: list[Node] = []
@@ -205,7 +240,7 @@ def _to_ir(
         resolved = _resolve(fx.args, env)
         env[fx] = add(_convert(name, op, qualified, fx.kwargs, resolved, args, shape, dtype, add))
     for o in outputs:
-        if o.dtype not in ("float32", "float64"):
+        if o.dtype not in ("float32", "float64", "int64"):
             raise Unsupported(f"output of dtype {o.dtype}")
     return Graph(nodes, inputs, params, outputs, single, tensor_pos, arg_count)
 
@@ -312,10 +347,38 @@ def _convert(
         return Node(name, op, OpKind.REDUCTION, shape, dtype, (src,), {"dims": tuple(dims), "keepdim": keepdim})
     if op in ("mm", "bmm") and all(isinstance(a, Node) for a in args):
         return Node(name, op, OpKind.CONTRACTION, shape, dtype, args)
+    if op == "convolution" and isinstance(args[0], Node):
+        return _convolution(name, raw, shape, dtype, add)
     if op in ("cumsum", "cumprod") and len(args) >= 1 and not kw.get("dtype"):
         dim = raw[1] % max(len(shape), 1)
         return Node(name, "sum" if op == "cumsum" else "prod", OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})
     return _index_or_window(name, op, qualified, raw, args, kw, shape, dtype)
+
+
+def _convolution(
+    name: str, raw: tuple[Any, ...], shape: tuple[int, ...], dtype: str, add: Callable[[Node], Node]
+) -> Node:
+    """aten.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups). The bias
+    becomes a broadcast add, so it fuses into whatever elementwise epilogue follows instead of costing a pass."""
+    x, weight, bias, stride, padding, dilation, transposed, _, groups = raw[:9]
+    spatial = len(shape) - 2
+
+    def per_dim(values: Sequence[int]) -> tuple[int, ...]:
+        return tuple(values) * (spatial // len(values)) if len(values) == 1 else tuple(values)
+
+    attrs = {
+        "stride": per_dim(stride),
+        "pad": per_dim(padding),
+        "dilation": per_dim(dilation),
+        "transposed": bool(transposed),
+        "groups": int(groups),
+    }
+    conv = Node(name if bias is None else f"{name}c", "conv", OpKind.CONVOLUTION, shape, dtype, (x, weight), attrs)
+    if bias is None:
+        return conv
+    add(conv)
+    per_channel = add(Node(f"{name}b", "broadcast_in_dim", OpKind.VIEW, shape, dtype, (bias,), {"dims": (1,)}))
+    return Node(name, "add", OpKind.POINTWISE, shape, dtype, (conv, per_channel))
 
 
 def _index_or_window(
@@ -335,38 +398,73 @@ def _index_or_window(
         return Node(name, "embedding", OpKind.INDEX, shape, dtype, args[:2])
     if op in ("index_select", "gather"):
         return Node(name, op, OpKind.INDEX, shape, dtype, (args[0], args[-1]), {"dim": raw[1] % len(args[0].shape)})
-    if op == "index" and isinstance(raw[1], list | tuple) and len(raw[1]) == 1:
-        return Node(name, "index", OpKind.INDEX, shape, dtype, (args[0], raw[1][0]))
+    if op == "index" and isinstance(raw[1], list | tuple):
+        # Advanced indexing by adjacent index tensors (None keeps a dim): the output holds the dims before them,
+        # the index tensors' broadcast shape, then the dims after them.
+        held = [d for d, i in enumerate(raw[1]) if i is not None]
+        if not held or held != list(range(held[0], held[-1] + 1)) or not all(isinstance(raw[1][d], Node) for d in held):
+            raise Unsupported(f"{qualified} with index tensors that are not adjacent")
+        indices = tuple(raw[1][d] for d in held)
+        return Node(name, "index", OpKind.INDEX, shape, dtype, (args[0], *indices), {"first": held[0]})
+    if op == "constant_pad_nd" and isinstance(args[0], Node):
+        pads, value = list(raw[1]), raw[2] if len(raw) > 2 else 0
+        rank = len(shape)
+        before = [0] * rank
+        for k in range(len(pads) // 2):  # (left, right) pairs from the last dim backwards
+            before[rank - 1 - k] = pads[2 * k]
+        return Node(name, "pad", OpKind.INDEX, shape, dtype, args[:1], {"before": tuple(before), "value": value})
     if op == "cat":
         sources = list(raw[0])
         dim = (raw[1] if len(raw) > 1 else 0) % len(shape)
         sources = [s for s in sources if s.shape[dim] > 0]
         return Node(name, "cat", OpKind.INDEX, shape, dtype, tuple(sources), {"dim": dim})
-    if op == "_adaptive_avg_pool2d" and len(shape) == 4:
-        # Exactly an average pool when every output cell covers an equal, disjoint window.
-        (height, width), (oh, ow) = args[0].shape[2:], shape[2:]
-        if height % oh or width % ow:
-            raise Unsupported(f"{qualified} with windows of unequal size")
-        attrs: dict[str, Any] = {"kernel": (height // oh, width // ow), "stride": (height // oh, width // ow)}
-        return Node(name, "avg_pool", OpKind.WINDOW, shape, dtype, args[:1], {**attrs, "pad": (0, 0), "reduce": "sum"})
-    if op in ("avg_pool2d", "max_pool2d_with_indices") and isinstance(args[0], Node) and len(shape) == 4:
-        kernel = list(raw[1]) * (2 // len(raw[1]))
-        stride = list(raw[2]) if len(raw) > 2 and raw[2] else kernel
-        stride = stride * (2 // len(stride))
-        pad = list(raw[3]) if len(raw) > 3 else [0]
-        pad = pad * (2 // len(pad))
-        if op == "avg_pool2d":
-            ceil, include_pad, divisor = _positional(raw, 4, [False, True, None])
-            if ceil or divisor is not None or (not include_pad and any(pad)):
-                raise Unsupported(f"{qualified} with ceil_mode, divisor_override or count_include_pad=False padding")
-        else:
-            dilation = list(raw[4]) if len(raw) > 4 else [1]
-            if any(d != 1 for d in dilation) or (len(raw) > 5 and raw[5]):
-                raise Unsupported(f"{qualified} with dilation or ceil_mode")
-        reduce = "sum" if op == "avg_pool2d" else "amax"
-        attrs = {"kernel": tuple(kernel), "stride": tuple(stride), "pad": tuple(pad), "reduce": reduce}
-        return Node(name, "avg_pool" if reduce == "sum" else "max_pool", OpKind.WINDOW, shape, dtype, args[:1], attrs)
+    if op in _POOLS and isinstance(args[0], Node):
+        return _pool(name, op, qualified, raw, args[0], shape, dtype)
     raise Unsupported(qualified)
+
+
+# Pooling ops -> (spatial dims, reduction, adaptive). 1-d pools reach aten as 2-d ones over a height of 1.
+_POOLS: dict[str, tuple[int, str, bool]] = {
+    "avg_pool2d": (2, "sum", False),
+    "avg_pool3d": (3, "sum", False),
+    "max_pool2d_with_indices": (2, "amax", False),
+    "max_pool3d_with_indices": (3, "amax", False),
+    "_adaptive_avg_pool2d": (2, "sum", True),
+    "_adaptive_avg_pool3d": (3, "sum", True),
+    "adaptive_max_pool2d": (2, "amax", True),
+    "adaptive_max_pool3d": (3, "amax", True),
+}
+
+
+def _pool(
+    name: str, op: str, qualified: str, raw: tuple[Any, ...], src: Node, shape: tuple[int, ...], dtype: str
+) -> Node:
+    """A window reduction over the last 2 or 3 dims. Ceil mode needs nothing of its own: the output's shape is
+    known, and taps past the input are skipped like padding."""
+    spatial, reduce, adaptive = _POOLS[op]
+    attrs: dict[str, Any] = {
+        "spatial": spatial,
+        "reduce": reduce,
+        "adaptive": adaptive,
+        "divisor": None,
+        "count_pad": True,
+    }
+    if not adaptive:
+
+        def per_dim(value: Any, default: list[int]) -> tuple[int, ...]:
+            values = list(value) if isinstance(value, list | tuple) and value else default
+            values = [values] if isinstance(values, int) else values
+            return tuple(values * (spatial // len(values)) if len(values) == 1 else values)
+
+        kernel = per_dim(raw[1], [1])
+        stride = per_dim(raw[2] if len(raw) > 2 else [], list(kernel))
+        pad = per_dim(raw[3] if len(raw) > 3 else [0], [0])
+        attrs.update(kernel=kernel, stride=stride, pad=pad, dilation=(1,) * spatial)
+        if reduce == "amax":
+            attrs["dilation"] = per_dim(raw[4] if len(raw) > 4 else [1], [1])
+        else:
+            _, attrs["count_pad"], attrs["divisor"] = _positional(raw, 4, [False, True, None])
+    return Node(name, "pool", OpKind.WINDOW, shape, dtype, (src,), attrs)
 
 
 def _view(name: str, op: str, raw: tuple[Any, ...], args: tuple[Any, ...], shape: tuple[int, ...], dtype: str) -> Node:

@@ -10,11 +10,12 @@ contract); shapes are compile-time constants of the captured problem, checked by
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
-from cuda_agent.author.ir import REDUCTIONS, Node
-from cuda_agent.author.plan import GemmKernel, Plan, RowKernel, Scope, linear_index
+from cuda_agent.author.ir import Node, reduction
+from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, Scope, contiguous_strides, linear_index
 from cuda_agent.contracts.candidate import KERNELS_DIR, MODEL_NEW_FILE
 
 KERNEL_STEM = "author"
@@ -30,11 +31,17 @@ class Variant:
     vec: int = 4  # elements per thread and access in elementwise kernels (1 or 4)
     tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
     gemm: str = "cublas"  # "cublas": the vendor library where the operands' strides allow it, else "tiled" (ours)
+    # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
+    # lets cuDNN use tensor cores as PyTorch does by default (faster, within loose tolerances only); "direct" is ours
+    conv: str = "exact"
     omp: str = "auto"  # cpu: "auto" runs OpenMP threads only for big kernels (waking a team costs more than a
     # small kernel), "always" for every kernel
 
     def label(self) -> str:
-        return f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} omp={self.omp}"
+        return (
+            f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} conv={self.conv} "
+            f"omp={self.omp}"
+        )
 
     def omp_pragma(self, work: int, clause: str = "") -> str:
         """The OpenMP work-sharing pragma of a loop doing about ``work`` element operations, or none."""
@@ -92,7 +99,7 @@ def _coords(dims: list[int], shape: tuple[int, ...], index: str) -> list[str]:
     return lines[::-1]
 
 
-def _params(kernel: RowKernel | GemmKernel, device: str) -> tuple[str, str]:
+def _params(kernel: RowKernel, device: str) -> tuple[str, str]:
     """(C parameter list, argument names) of a kernel's buffers: reads const, then writes."""
     decl = [f"const {n.ctype}* __restrict__ {b}" for b, n in kernel.reads.items()]
     decl += [f"{n.ctype}* __restrict__ {b}" for b, n in kernel.writes.items()]
@@ -100,7 +107,7 @@ def _params(kernel: RowKernel | GemmKernel, device: str) -> tuple[str, str]:
     return ", ".join(decl), ", ".join(names)
 
 
-def _launcher_params(kernel: RowKernel | GemmKernel, device: str) -> str:
+def _launcher_params(kernel: RowKernel | GemmKernel | ConvKernel, device: str) -> str:
     decl = [f"const {n.ctype}* {b}" for b, n in kernel.reads.items()]
     decl += [f"{n.ctype}* {b}" for b, n in kernel.writes.items()]
     if device == "cuda":
@@ -161,7 +168,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
     loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
     for red in kernel.reductions:
         node: Node = red.node
-        identity, combine = REDUCTIONS[node.op]
+        identity, combine = reduction(node.op, node.ctype)
         t = node.ctype
         if red.invariant:
             lines += red.scope.stmts
@@ -183,7 +190,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
         else:
             lines.append(f"const {t} {red.var} = acc_{red.var};")
     if kernel.scan is not None:
-        identity, combine = REDUCTIONS[kernel.scan.op]
+        identity, combine = reduction(kernel.scan.op, kernel.scan.ctype)
         t = kernel.scan.ctype
         lines.append(f"{t} running = ({t})({identity});")
         body = _coords(reduced, shape, "r") + _scope_body(kernel, kernel.out_scope, full_index)
@@ -417,11 +424,198 @@ extern "C" void {g.name}({_launcher_params(g, "cpu")}) {{
 """
 
 
+def _conv_tile(k: ConvKernel) -> int:
+    """Output channels one iteration of the direct convolution computes: each input value loaded is multiplied by
+    that many weights (a tile never crosses a group, so all its channels read the same inputs)."""
+    per_group = k.node.shape[1] // k.node.attrs["groups"]
+    return next(t for t in (8, 4, 2, 1) if per_group % t == 0)
+
+
+def _conv_body(k: ConvKernel) -> tuple[tuple[int, ...], list[str]]:
+    """The direct convolution's iteration space (batch, channel tiles, *output positions) and the statements of
+    one iteration ``o``: taps outside the input (padding) are skipped; a transposed convolution gathers the inputs
+    whose strided footprint covers the output position."""
+    a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
+    spatial, tile = len(out) - 2, _conv_tile(k)
+    cin_g, cout_g = xs[1] // a["groups"], out[1] // a["groups"]
+    space = (out[0], out[1] // tile, *out[2:])
+    lines = [*_coords(list(range(len(space))), space, "o"), f"const int64_t co = i1 * {tile}LL;"]
+    lines += [f"float acc{t} = 0.0f;" for t in range(tile)]
+    depth = 0
+
+    def put(text: str) -> None:
+        lines.append("    " * depth + text)
+
+    put(f"for (int64_t ci = 0; ci < {cin_g}LL; ++ci) {{")
+    depth += 1
+    put(f"const int64_t c = co / {cout_g}LL * {cin_g}LL + ci;  // an input channel of the tile's group")
+    for j in range(spatial):
+        stride, pad, dilation, size = a["stride"][j], a["pad"][j], a["dilation"][j], xs[2 + j]
+        put(f"for (int64_t t{j} = 0; t{j} < {ws[2 + j]}LL; ++t{j}) {{")
+        depth += 1
+        if not a["transposed"]:
+            put(f"const int64_t x{j} = i{j + 2} * {stride}LL - {pad}LL + t{j} * {dilation}LL;")
+        elif stride == 1:
+            put(f"const int64_t x{j} = i{j + 2} + {pad}LL - t{j} * {dilation}LL;")
+        else:
+            put(f"const int64_t u{j} = i{j + 2} + {pad}LL - t{j} * {dilation}LL;")
+            put(f"if (u{j} < 0 || u{j} % {stride}LL != 0) continue;")
+            put(f"const int64_t x{j} = u{j} / {stride}LL;")
+        put(f"if (x{j} < 0 || x{j} >= {size}LL) continue;")
+    taps = tuple(f"t{j}" for j in range(spatial))
+    put(f"const float v = {k.x}[{linear_index(xs, ('i0', 'c', *(f'x{j}' for j in range(spatial))))}];")
+    for t in range(tile):
+        channel = f"(co + {t})" if t else "co"
+        w_at = ("c", f"({channel} % {cout_g}LL)", *taps) if a["transposed"] else (channel, "ci", *taps)
+        put(f"acc{t} += v * {k.w}[{linear_index(ws, w_at)}];")
+    while depth:
+        depth -= 1
+        put("}")
+    positions = tuple(f"i{j + 2}" for j in range(spatial))
+    for t in range(tile):
+        put(f"{k.out}[{linear_index(out, ('i0', f'(co + {t})' if t else 'co', *positions))}] = acc{t};")
+    return space, lines
+
+
+def _cpu_conv(k: ConvKernel, variant: Variant) -> str:
+    space, body = _conv_body(k)
+    work = k.node.numel * k.w_shape[1] * math.prod(k.w_shape[2:])
+    return f"""
+// {k.describe()}
+extern "C" void {k.name}({_launcher_params(k, "cpu")}) {{
+    {variant.omp_pragma(work)}
+    for (int64_t o = 0; o < {math.prod(space)}LL; ++o) {{
+{_indent(body, 8)}
+    }}
+}}
+"""
+
+
+def _cuda_conv(k: ConvKernel, variant: Variant) -> str:
+    """Our own direct convolution: a thread per (batch, channel tile, output position), positions fastest, so a
+    warp reads neighbouring inputs and every thread of it the same weights."""
+    space, body = _conv_body(k)
+    block, total = variant.block, math.prod(space)
+    reads = [f"const float* __restrict__ {b}" for b in k.reads]
+    return f"""
+// {k.describe()}
+__global__ void __launch_bounds__({block}) {k.name}_kernel({", ".join(reads)}, float* __restrict__ {k.out}) {{
+    for (int64_t o = (int64_t)blockIdx.x * {block} + threadIdx.x; o < {total}LL; o += (int64_t)gridDim.x * {block}) {{
+{_indent(body, 8)}
+    }}
+}}
+
+extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
+    long long grid = ({total}LL + {block - 1}) / {block};
+    if (grid > 65535LL * 8) grid = 65535LL * 8;  // the loop strides over the rest
+    {k.name}_kernel<<<(unsigned)grid, {block}, 0, stream>>>({", ".join([*k.reads, k.out])});
+}}
+"""
+
+
+CUDNN_WORKSPACE_LIMIT = 1 << 30
+
+
+def _ints(values: tuple[int, ...]) -> str:
+    return "{" + ", ".join(str(v) for v in values) + "}"
+
+
+def _cudnn_conv(k: ConvKernel, variant: Variant) -> str:
+    """The convolution on cuDNN's legacy API, a transposed one as its backward-data pass (PyTorch's transposed
+    weight layout is exactly the filter of the forward convolution it inverts). cuDNN takes 4-d or 5-d tensors with
+    32-bit sizes: a 1-d convolution is a 2-d one of height 1, and a batch above 2^31 elements runs in equal chunks."""
+    a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
+    lift = len(out) == 3
+
+    def nd(shape: tuple[int, ...], one: int = 1) -> tuple[int, ...]:
+        return (*shape[:2], one, *shape[2:]) if lift else shape
+
+    per_x, per_y = math.prod(xs[1:]), math.prod(out[1:])
+    batch = out[0]
+    chunk = max(d for d in range(1, batch + 1) if batch % d == 0 and d * max(per_x, per_y) < 2**31)
+    x_dims, y_dims, w_dims = nd((chunk, *xs[1:])), nd((chunk, *out[1:])), nd(ws)
+    geometry = len(x_dims) - 2
+    pad, stride, dilation = (nd((0, 0, *a[key]), one)[2:] for key, one in (("pad", 0), ("stride", 1), ("dilation", 1)))
+    exact = variant.conv == "exact"
+    if a["transposed"]:
+        perf_t, algo_t, count = "cudnnConvolutionBwdDataAlgoPerf_t", "cudnnConvolutionBwdDataAlgo_t", "BWD_DATA"
+        find = "cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc, x_desc, conv_desc, y_desc"
+        run = "cudnnConvolutionBackwardData(handle, &alpha, w_desc, {w}, x_desc, {x} + n * {px}LL, conv_desc, algo"
+    else:
+        perf_t, algo_t, count = "cudnnConvolutionFwdAlgoPerf_t", "cudnnConvolutionFwdAlgo_t", "FWD"
+        find = "cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc, w_desc, conv_desc, y_desc"
+        run = "cudnnConvolutionForward(handle, &alpha, x_desc, {x} + n * {px}LL, w_desc, {w}, conv_desc, algo"
+    run = run.format(x=k.x, w=k.w, px=per_x)
+    # FMA math restricts cuDNN to exact fp32 kernels; with the default math it may pick TF32 tensor-core ones.
+    math_type = "CUDNN_FMA_MATH" if exact else "CUDNN_DEFAULT_MATH"
+    usable = "perf[i].mathType != CUDNN_TENSOR_OP_MATH && perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION"
+    return f"""
+// {k.describe()}
+// Set up on the first call: descriptors, the first algorithm of cuDNN's heuristics that runs{" exact" if exact else ""}
+// with a workspace of at most {CUDNN_WORKSPACE_LIMIT >> 20} MiB, and that workspace. Every call binds the caller's
+// stream.
+extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
+    static cudnnHandle_t handle = nullptr;
+    static cudnnTensorDescriptor_t x_desc, y_desc;
+    static cudnnFilterDescriptor_t w_desc;
+    static cudnnConvolutionDescriptor_t conv_desc;
+    static {algo_t} algo;
+    static void* workspace = nullptr;
+    static size_t workspace_bytes = 0;
+    if (handle == nullptr) {{
+        const int x_dims[] = {_ints(x_dims)}, x_strides[] = {_ints(tuple(contiguous_strides(x_dims)))};
+        const int y_dims[] = {_ints(y_dims)}, y_strides[] = {_ints(tuple(contiguous_strides(y_dims)))};
+        const int w_dims[] = {_ints(w_dims)};
+        const int pad[] = {_ints(pad)}, stride[] = {_ints(stride)}, dilation[] = {_ints(dilation)};
+        cudnnHandle_t h = nullptr;
+        if (cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) return 1;
+        if (cudnnCreateTensorDescriptor(&x_desc) || cudnnCreateTensorDescriptor(&y_desc) ||
+            cudnnCreateFilterDescriptor(&w_desc) || cudnnCreateConvolutionDescriptor(&conv_desc) ||
+            cudnnSetTensorNdDescriptor(x_desc, CUDNN_DATA_FLOAT, {len(x_dims)}, x_dims, x_strides) ||
+            cudnnSetTensorNdDescriptor(y_desc, CUDNN_DATA_FLOAT, {len(y_dims)}, y_dims, y_strides) ||
+            cudnnSetFilterNdDescriptor(w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, {len(w_dims)}, w_dims) ||
+            cudnnSetConvolutionNdDescriptor(conv_desc, {geometry}, pad, stride, dilation, CUDNN_CROSS_CORRELATION,
+                                            CUDNN_DATA_FLOAT) ||
+            cudnnSetConvolutionGroupCount(conv_desc, {a["groups"]}) ||
+            cudnnSetConvolutionMathType(conv_desc, {math_type}))
+            return 2;
+        {perf_t} perf[CUDNN_CONVOLUTION_{count}_ALGO_COUNT];
+        int found = 0;
+        if ({find}, CUDNN_CONVOLUTION_{count}_ALGO_COUNT, &found, perf)) return 3;
+        int chosen = -1;
+        for (int i = 0; i < found && chosen < 0; ++i)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= {CUDNN_WORKSPACE_LIMIT}ULL &&
+                ({usable if exact else "true"}))
+                chosen = i;
+        if (chosen < 0) return 4;
+        {"" if exact else "if (cudnnSetConvolutionMathType(conv_desc, perf[chosen].mathType)) return 5;"}
+        algo = perf[chosen].algo;
+        workspace_bytes = perf[chosen].memory;
+        if (workspace_bytes > 0 && cudaMalloc(&workspace, workspace_bytes) != cudaSuccess) return 6;
+        handle = h;
+    }}
+    if (cudnnSetStream(handle, stream)) return 7;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t n = 0; n < {batch}LL; n += {chunk}LL) {{
+        const int status = (int){run}, workspace, workspace_bytes,
+            &beta, y_desc, {k.out} + n * {per_y}LL);
+        if (status) return 100 + status;
+    }}
+    return 0;
+}}
+"""
+
+
 def emit_source(plan: Plan, device: str, variant: Variant) -> str:
     parts = [CUDA_PRELUDE if device == "cuda" else CPU_PRELUDE]
-    blas = False
+    blas = dnn = False
     for k in plan.kernels:
-        if isinstance(k, GemmKernel) and device == "cuda":
+        if isinstance(k, ConvKernel) and device == "cuda" and variant.conv != "direct":
+            dnn = True
+            parts.append(_cudnn_conv(k, variant))
+        elif isinstance(k, ConvKernel):
+            parts.append(_cuda_conv(k, variant) if device == "cuda" else _cpu_conv(k, variant))
+        elif isinstance(k, GemmKernel) and device == "cuda":
             vendor = _cublas_gemm(k) if variant.gemm == "cublas" else None
             blas = blas or vendor is not None
             parts.append(vendor or _cuda_gemm(k, variant))
@@ -429,8 +623,11 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             parts.append(_cpu_gemm(k, variant))
         else:
             parts.append(_cuda_row(k, variant) if device == "cuda" else _cpu_row(k, variant))
-    if blas:  # the declaration the build links cuBLAS by (compile/libraries.py)
+    # The declarations the build links the vendor libraries by (compile/libraries.py).
+    if blas:
         parts.insert(1, '#include <cublas_v2.h>\n#pragma comment(lib, "cublas")\n')
+    if dnn:
+        parts.insert(1, '#include <cudnn.h>\n#pragma comment(lib, "cudnn")\n')
     return "".join(parts)
 
 
@@ -462,7 +659,11 @@ def emit_model_new(plan: Plan, problem_source: str, device: str) -> str:
                 f"{name} = torch.empty({tuple(node.shape)!r}, dtype={_torch_dtype(node)}, device=self._device)"
             )
     for k in plan.kernels:
-        lines.append(f"self._kernels.{k.name}({', '.join([*k.reads, *k.writes])})")
+        call = f"self._kernels.{k.name}({', '.join([*k.reads, *k.writes])})"
+        if isinstance(k, RowKernel):
+            lines.append(call)
+        else:  # a vendor library's launcher returns its status (our own kernels' launchers return nothing)
+            lines += [f"if {call}:", f"    raise RuntimeError('{k.name}: the vendor library returned an error status')"]
     outs = ", ".join(plan.outputs)
     lines.append(
         f"return {plan.outputs[0]}"

@@ -24,6 +24,7 @@ class OpKind(StrEnum):
     VIEW = "view"  # reshape, permute, expand, slice, select: a change of indexing, no arithmetic
     REDUCTION = "reduction"  # sum / amax / amin / prod over some dims
     CONTRACTION = "contraction"  # mm / bmm: vendor libraries or our tiled kernels, never inlined
+    CONVOLUTION = "convolution"  # convolution, also transposed and grouped: cuDNN or our direct loops, never inlined
     INDEX = "index"  # reads a source at data-dependent or piecewise coordinates: embedding, gather, cat, iota
     WINDOW = "window"  # a reduction over a sliding window of a materialized source: pooling
     SCAN = "scan"  # cumulative sum / product along one dim, written by a kernel of its own
@@ -99,6 +100,19 @@ REDUCTIONS: dict[str, tuple[str, str]] = {
     "amax": ("-INFINITY", "fmax({a}, {v})"),
     "amin": ("INFINITY", "fmin({a}, {v})"),
 }
+
+
+def reduction(op: str, ctype: str) -> tuple[str, str]:
+    """(identity, combine) of reduction ``op`` in ``ctype``: integers have no infinities, and CUDA's fmax/fmin take
+    floating point only."""
+    identity, combine = REDUCTIONS[op]
+    if ctype in ("int64_t", "int32_t"):
+        bits = ctype[3:5]
+        identity = {"INFINITY": f"INT{bits}_MAX", "-INFINITY": f"INT{bits}_MIN"}.get(identity, identity)
+        combine = {"amax": "({a} > {v} ? {a} : {v})", "amin": "({a} < {v} ? {a} : {v})"}.get(op, combine)
+    return identity, combine
+
+
 DTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "bool"}
 
 

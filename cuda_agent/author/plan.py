@@ -7,7 +7,8 @@ last loop over D, reduced ones once per row. Softmax, log-softmax, logsumexp, la
 "reduce then broadcast back" chains are all one kernel this way. Pointwise and view nodes are inlined (recomputed
 where read); a reduction whose row structure differs from the kernel reading it gets its own kernel and a buffer.
 Contractions (mm/bmm) are kernels of their own reading their operands through strides, so transposed weights cost
-no copy.
+no copy. Convolutions (any dimensionality, grouped, transposed) are kernels of their own too, reading a contiguous
+input; their bias is a broadcast add that fuses into the epilogue kernel after them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from cuda_agent.author.ir import BINARY, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported
+from cuda_agent.author.ir import BINARY, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported, reduction
 
 Coords = tuple[str, ...]
 
@@ -187,7 +188,37 @@ class GemmKernel:
     writes: dict[str, Node] = field(default_factory=dict)
 
 
-Kernel = RowKernel | GemmKernel
+@dataclass
+class ConvKernel:
+    """A convolution (attrs of its node: stride, pad, dilation per spatial dim, transposed, groups) of a
+    contiguous input by the weight as the module holds it: [out, in / groups, *k], transposed [in, out / groups, *k]."""
+
+    name: str
+    node: Node
+    x: str
+    w: str
+    out: str
+    reads: dict[str, Node] = field(default_factory=dict)
+    writes: dict[str, Node] = field(default_factory=dict)
+
+    @property
+    def x_shape(self) -> tuple[int, ...]:
+        return self.reads[self.x].shape
+
+    @property
+    def w_shape(self) -> tuple[int, ...]:
+        return self.reads[self.w].shape
+
+    def describe(self) -> str:
+        a = self.node.attrs
+        kind = f"{'transposed ' if a['transposed'] else ''}conv{len(self.node.shape) - 2}d"
+        return (
+            f"{self.name}: {kind} {list(self.x_shape)} by {list(self.w_shape)} -> {self.out} {list(self.node.shape)}, "
+            f"stride {list(a['stride'])} pad {list(a['pad'])} dilation {list(a['dilation'])} groups {a['groups']}"
+        )
+
+
+Kernel = RowKernel | GemmKernel | ConvKernel
 
 
 @dataclass
@@ -200,7 +231,9 @@ class Plan:
     def describe(self) -> str:
         lines = []
         for k in self.kernels:
-            if isinstance(k, GemmKernel):
+            if isinstance(k, ConvKernel):
+                lines.append(k.describe())
+            elif isinstance(k, GemmKernel):
                 lines.append(f"{k.name}: {k.node.op} [{k.batch}x]{k.m}x{k.n}x{k.k} -> {k.out}")
             else:
                 reds = ", ".join(r.node.op for r in k.reductions) or "none"
@@ -240,6 +273,8 @@ class Planner:
             name = f"b{self._tmp}"
             self._tmp += 1
         # The kernel's name and the buffer are recorded only once its producers are planned (they come first).
+        if node.kind is OpKind.CONVOLUTION:
+            return self._add(self._conv(node, name), node, name)
         if node.kind is OpKind.CONTRACTION and self._diagonal_side(node) is None:
             gemm = self._gemm(node, name)
             return self._add(gemm, node, name)
@@ -283,7 +318,7 @@ class Planner:
         if key in scope.memo:
             return scope.memo[key]
         expr = self._value(kernel, scope, node, coords)
-        if node.kind in (OpKind.POINTWISE, OpKind.INPUT, OpKind.PARAM, OpKind.CONTRACTION) or (
+        if node.kind in (OpKind.POINTWISE, OpKind.INPUT, OpKind.PARAM, OpKind.CONTRACTION, OpKind.CONVOLUTION) or (
             node.kind is OpKind.REDUCTION and not expr.startswith("red")
         ):
             kernel.values += 1  # names unique in the kernel: emit.py may hoist statements of several scopes together
@@ -306,7 +341,7 @@ class Planner:
             side = self._diagonal_side(node)
             if side is not None:
                 return self._diagonal_product(kernel, scope, node, side, coords)
-        if id(node) in self.materialized or node.kind in (OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.SCAN):
+        if id(node) in self.materialized or node.kind in _MATERIALIZED:
             return self._load(kernel, scope, node, self.materialize(node), coords)
         if node.kind is OpKind.POINTWISE:
             return self._pointwise(kernel, scope, node, coords)
@@ -340,45 +375,78 @@ class Planner:
             for end, value in reversed(pieces[:-1]):
                 expr = f"({coords[dim]} < {end}LL ? {value} : {expr})"
             return expr
+        if op == "pad":
+            # Reads are clamped into the source (always in bounds, as cat's are) and the fill selected outside it.
+            src, inside, at = node.args[0], [], []
+            for c, b, n, m in zip(coords, a["before"], src.shape, node.shape, strict=True):
+                if b == 0 and n == m:
+                    at.append(c)
+                    continue
+                local = f"({c} - ({b}LL))" if b else c  # b < 0 crops
+                at.append(f"({local} < 0 ? 0 : ({local} > {n - 1}LL ? {n - 1}LL : {local}))")
+                inside.append(f"({local} >= 0 && {local} < {n}LL)")
+            value = self.value(kernel, scope, src, tuple(at))
+            return f"(({' && '.join(inside) or 'true'}) ? {value} : {c_literal(a['value'], node.ctype)})"
+        if op == "index":
+            src, indices, first = node.args[0], node.args[1:], a["first"]
+            span = len(node.shape) - (len(src.shape) - len(indices))  # the index tensors' broadcast rank
+            held = node.shape[first : first + span]
+            at = []
+            for d, idx in enumerate(indices):
+                i = self.value(kernel, scope, idx, broadcast_coords(idx.shape, held, coords[first : first + span]))
+                n = src.shape[first + d]
+                at.append(f"((int64_t){i} < 0 ? (int64_t){i} + {n}LL : (int64_t){i})")
+            return self.value(kernel, scope, src, (*coords[:first], *at, *coords[first + span :]))
         src, idx = node.args
         if op == "embedding":
             row = self.value(kernel, scope, idx, coords[:-1])
             return self.value(kernel, scope, src, (f"(int64_t){row}", coords[-1]))
-        if op == "index":
-            n = len(idx.shape)
-            i = self.value(kernel, scope, idx, coords[:n])
-            wrapped = f"((int64_t){i} < 0 ? (int64_t){i} + {src.shape[0]}LL : (int64_t){i})"
-            return self.value(kernel, scope, src, (wrapped, *coords[n:]))
         dim = a["dim"]
         i = self.value(kernel, scope, idx, (coords[dim],) if op == "index_select" else coords)
         return self.value(kernel, scope, src, (*coords[:dim], f"(int64_t){i}", *coords[dim + 1 :]))
 
     def _window(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
-        """Pooling: a small loop over the window of a materialized source (padding cells are skipped)."""
+        """Pooling: a small loop nest over the window of a materialized source, over its last 2 or 3 dims. Taps
+        outside the input (padding, ceil mode) are skipped; adaptive windows span [floor(i*n/m), ceil((i+1)*n/m))."""
         src = node.args[0]
         buffer = self.materialize(src)
         kernel.reads[buffer] = src
-        a = node.attrs
-        (kh, kw), (sh, sw), (ph, pw) = a["kernel"], a["stride"], a["pad"]
-        height, width = src.shape[2], src.shape[3]
-        identity, combine = REDUCTIONS[a["reduce"]]
+        a, t = node.attrs, node.ctype
+        first = len(src.shape) - a["spatial"]
+        identity, combine = reduction(a["reduce"], node.ctype)
         kernel.values += 1
         var = f"w{kernel.values}"
-        h, w = f"h_{var}", f"x_{var}"
-        load = f"{buffer}[{linear_index(src.shape, (coords[0], coords[1], h, w))}]"
-        scope.stmts += [
-            f"{node.ctype} {var} = ({node.ctype})({identity});",
-            f"for (int64_t a_{var} = 0; a_{var} < {kh}; ++a_{var}) {{",
-            f"    const int64_t {h} = {coords[2]} * {sh} - {ph} + a_{var};",
-            f"    if ({h} < 0 || {h} >= {height}) continue;",
-            f"    for (int64_t b_{var} = 0; b_{var} < {kw}; ++b_{var}) {{",
-            f"        const int64_t {w} = {coords[3]} * {sw} - {pw} + b_{var};",
-            f"        if ({w} < 0 || {w} >= {width}) continue;",
-            f"        {var} = {combine.format(a=var, v=load)};",
-            "    }",
-            "}",
-        ]
-        return f"({var} / {c_literal(kh * kw, node.ctype)})" if a["reduce"] == "sum" else var
+        taps = [f"h{j}_{var}" for j in range(a["spatial"])]
+        # avg_pool with count_include_pad=False divides by the taps inside the input, counted as they are read.
+        counted = a["reduce"] == "sum" and not (a["adaptive"] or a["count_pad"] or a["divisor"])
+        lines = [f"{t} {var} = ({t})({identity});", *([f"int64_t n_{var} = 0;"] if counted else [])]
+        sizes = []  # per dim: the window's extent as avg_pool's count_include_pad divides by it
+        for j, h in enumerate(taps):
+            c, n, m = coords[first + j], src.shape[first + j], node.shape[first + j]
+            if a["adaptive"]:
+                lo, hi = f"({c} * {n}LL / {m}LL)", f"((({c} + 1) * {n}LL + {m - 1}LL) / {m}LL)"
+                lines.append(f"for (int64_t {h} = {lo}; {h} < {hi}; ++{h}) {{")
+                sizes.append(f"({hi} - {lo})")
+                continue
+            k, stride, pad, dilation = a["kernel"][j], a["stride"][j], a["pad"][j], a["dilation"][j]
+            start = f"({c} * {stride}LL - {pad}LL)"
+            lines += [
+                f"for (int64_t a{j}_{var} = 0; a{j}_{var} < {k}; ++a{j}_{var}) {{",
+                f"const int64_t {h} = {start} + a{j}_{var} * {dilation}LL;",
+                f"if ({h} < 0 || {h} >= {n}LL) continue;",
+            ]
+            # Windows end at the padded input's edge; only ceil mode makes one reach past it.
+            if (m - 1) * stride - pad + k <= n + pad:
+                sizes.append(str(k))
+            else:
+                sizes.append(f"(({start} + {k}LL < {n + pad}LL ? {start} + {k}LL : {n + pad}LL) - {start})")
+        load = f"{buffer}[{linear_index(src.shape, (*coords[:first], *taps))}]"
+        lines += [f"{var} = {combine.format(a=var, v=load)};", *([f"++n_{var};"] if counted else [])]
+        scope.stmts += [*lines, *("}" * len(taps))]
+        if a["reduce"] == "amax":
+            return var
+        divisor = f"n_{var}" if counted else str(a["divisor"]) if a["divisor"] else " * ".join(sizes)
+        return f"({var} / ({t})({divisor}))"
 
     def _load(self, kernel: RowKernel, scope: Scope, node: Node, buffer: str, coords: Coords) -> str:
         kernel.reads[buffer] = node
@@ -487,7 +555,7 @@ class Planner:
         ):
             chain.append(base)
             base = base.args[0]
-        if id(base) in self.materialized or base.kind in (OpKind.CONTRACTION, OpKind.REDUCTION):
+        if id(base) in self.materialized or base.kind in _MATERIALIZED:
             strides = contiguous_strides(base.shape)
             for view in reversed(chain):
                 strides = _view_strides(view, strides)
@@ -509,6 +577,19 @@ class Planner:
         kernel.reads = {a.buffer: a.node, b.buffer: b.node}
         kernel.writes = {out: node}
         return kernel
+
+    def _conv(self, node: Node, out: str) -> ConvKernel:
+        if node.dtype != "float32":
+            raise Unsupported(f"convolution in {node.dtype}")
+        x, w = (self.materialize(a) for a in node.args[:2])
+        kernel = ConvKernel("", node, x, w, out)
+        kernel.reads = {x: self.buffers[x], w: self.buffers[w]}
+        kernel.writes = {out: node}
+        return kernel
+
+
+# Kinds that a kernel of their own writes to a contiguous buffer: readers load them (through views, by strides).
+_MATERIALIZED = frozenset({OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.SCAN, OpKind.CONVOLUTION})
 
 
 _MIXED = frozenset(

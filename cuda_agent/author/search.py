@@ -12,14 +12,14 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cuda_agent.author.capture import capture_problem
 from cuda_agent.author.emit import Variant, candidate_files
 from cuda_agent.author.ir import Unsupported
-from cuda_agent.author.plan import GemmKernel, Plan, plan_graph
+from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
 
 DEFAULT_BUDGET_S = 180.0
 AUTHOR_TIMEOUT_S = 120.0
@@ -30,14 +30,20 @@ def variants(plan: Plan, device: str) -> list[Variant]:
     """Distinct variants worth timing for this plan (knobs the plan has no use for are not varied)."""
     if device == "cpu":
         return [Variant(), Variant(omp="always")]
-    has_rows = any(not isinstance(k, GemmKernel) and k.reduced for k in plan.kernels)
+    # A library call is not custom work (the build refuses a candidate whose only kernels are cuBLAS or cuDNN
+    # calls): a plan of contractions and convolutions alone runs on our own GEMM and convolution kernels.
+    own_only = not any(isinstance(k, RowKernel) for k in plan.kernels)
+    base = Variant(gemm="tiled", conv="direct") if own_only else Variant()
+    has_rows = any(isinstance(k, RowKernel) and k.reduced for k in plan.kernels)
     has_gemm = any(isinstance(k, GemmKernel) for k in plan.kernels)
-    out = [Variant(), Variant(block=512), Variant(block=128), Variant(block=1024), Variant(vec=1)]
+    out = [base, *(replace(base, block=b) for b in (512, 128, 1024)), replace(base, vec=1)]
     if has_rows:
-        out += [Variant(rows="block"), Variant(rows="thread")]
+        out += [replace(base, rows="block"), replace(base, rows="thread")]
     if has_gemm:
-        out += [Variant(gemm="tiled"), Variant(gemm="tiled", tile=16)]
-    return out
+        out += [replace(base, gemm="tiled"), replace(base, gemm="tiled", tile=16)]
+    if any(isinstance(k, ConvKernel) for k in plan.kernels) and not own_only:
+        out.append(replace(base, conv="tf32"))  # last: verified only where the tolerance admits TF32's rounding
+    return list(dict.fromkeys(out))
 
 
 @dataclass

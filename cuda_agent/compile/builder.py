@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -16,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cuda_agent import safefs
-from cuda_agent.compile import store
+from cuda_agent.compile import evict, store
 from cuda_agent.compile.diagnostics import parse_diagnostics, parse_resources
 from cuda_agent.compile.libraries import (
     NO_CUSTOM_KERNEL_MESSAGE,
@@ -160,7 +161,7 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
             **({"platform": PLATFORM_FILES} if req.candidate.form is CandidateForm.WORKDIR else {}),
         }
     )
-    if store.has_artifact(key):
+    with contextlib.suppress(store.ArtifactError):  # not built yet, or evicted since (built again then)
         cached = store.read_record(key).result
         return cached.model_copy(update={"cache_hit": True, "duration_s": time.monotonic() - started})
 
@@ -188,6 +189,21 @@ def compile_candidate(req: CompileRequest) -> CompileResult:
 
 def _cache_root() -> Path:
     return get_settings().data_dir / "compile_cache"
+
+
+def _objects_dir() -> Path:
+    return _cache_root() / "objects"
+
+
+def _object_files(obj_keys: dict[str, str]) -> list[Path]:
+    return [_objects_dir() / f"{k}{ext}" for k in obj_keys.values() for ext in (".o", ".log")]
+
+
+def _evict(key: str, used: list[Path]) -> None:
+    """Bring the caches back within their budget once a build has published; the artifact and whatever else the
+    build used stay."""
+    roots = [store.artifacts_root(), _objects_dir(), _cache_root() / "pch"]
+    evict.within_budget(roots, keep={store.artifact_dir(key), *used})
 
 
 def scratch_roots() -> list[Path]:
@@ -310,17 +326,24 @@ def _compile_units(
 ) -> list[str]:
     """Compile each unit (paths under scratch/src) into scratch/obj, in parallel, reusing the object of an earlier
     build with the same ``obj_keys[unit]``: an edit to one file rebuilds that file's object only. The logs."""
-    objects_dir = _cache_root() / "objects"
+    objects_dir = _objects_dir()
     objects_dir.mkdir(parents=True, exist_ok=True)
     max_file = get_settings().compile_max_file_bytes
 
     def build_unit(unit: str) -> str:
         cached_obj, cached_log = f"{obj_keys[unit]}.o", f"{obj_keys[unit]}.log"
         local = _object_name(unit)
-        if safefs.exists(objects_dir, cached_obj) and safefs.exists(objects_dir, cached_log):
+        try:
+            obj = safefs.read_bytes(objects_dir, cached_obj, max_file)
+            output = safefs.read_text(objects_dir, cached_log, _LOG_LIMIT * 4)
+        except safefs.UnsafePath:  # never built, or evicted since
+            pass
+        else:
+            evict.mark_used(objects_dir / cached_obj)
+            evict.mark_used(objects_dir / cached_log)
             # The cache is ours, but scratch/obj is writable by every unit's sandbox: write, never follow.
-            safefs.write_bytes(scratch / "obj", local, safefs.read_bytes(objects_dir, cached_obj, max_file))
-            return safefs.read_text(objects_dir, cached_log, _LOG_LIMIT * 4)
+            safefs.write_bytes(scratch / "obj", local, obj)
+            return output
         argv = argv_of(unit, str(scratch / "obj" / local))
         result = _sandboxed(argv, scratch / "src", deadline, readonly=readonly)
         output = _check_run(result, key, started, f"compiling {unit}")
@@ -452,6 +475,7 @@ def _build_project(
     store.publish(
         key, staging, store.BuildRecord(form=CandidateForm.PROJECT, device=req.device, arch=arch, result=result)
     )
+    _evict(key, _object_files(obj_keys))
     return result
 
 
@@ -522,6 +546,7 @@ def _torch_pch(flags: list[str], tools: dict[str, str], key: str, started: float
     header = pch_dir / wflags.PCH_HEADER_NAME
     gch = f"{wflags.PCH_HEADER_NAME}.gch"
     if safefs.exists(pch_dir, gch):
+        evict.mark_used(pch_dir)
         return header
     scratch = _cache_root() / "tmp" / uuid.uuid4().hex
     (scratch / "src").mkdir(parents=True)
@@ -650,6 +675,7 @@ def _build_workdir(
     store.publish(
         key, staging, store.BuildRecord(form=CandidateForm.WORKDIR, device=req.device, arch=arch, result=result)
     )
+    _evict(key, [pch.parent, *_object_files(obj_keys)])
     return result
 
 
@@ -718,4 +744,5 @@ def _build_kernelbench(
         result=compile_result,
     )
     store.publish(key, staging, record)
+    _evict(key, [])
     return compile_result

@@ -2,7 +2,7 @@
 
 A candidate declares a library in any of its kernel files with the MSVC convention ``#pragma comment(lib, "cublas")``;
 nvcc and g++ ignore the pragma, so the declaration lives in the source that needs the library and no new file kind
-is needed. Only the CUDA toolkit's math libraries below are allowed; they are looked up in the toolkit
+is needed. Only the CUDA math libraries below (and cuDNN) are allowed; they are looked up in the toolkit
 (``<cuda_home>/lib64``) and then in the ``nvidia`` wheels torch's CUDA build depends on (a pip-installed toolkit ships
 them there, not in ``lib64``). Linking the copy torch loads keeps one cuBLAS in the evaluation process: the loader
 reuses an already loaded library of the same soname.
@@ -22,6 +22,7 @@ from cuda_agent.contracts.compile import Diagnostic
 from cuda_agent.settings import get_settings
 
 # Library -> headers that need it linked. curand_kernel.h is device-side and header-only, so it needs nothing.
+# cuDNN is not in the toolkit: it is found in the nvidia-cudnn wheel torch's CUDA build depends on.
 ALLOWED_LIBRARIES: dict[str, tuple[str, ...]] = {
     "cublas": ("cublas_v2.h", "cublas_api.h", "cublas.h"),
     "cublasLt": ("cublasLt.h",),
@@ -29,11 +30,6 @@ ALLOWED_LIBRARIES: dict[str, tuple[str, ...]] = {
     "cufft": ("cufft.h", "cufftXt.h"),
     "cusparse": ("cusparse.h",),
     "cusolver": ("cusolverDn.h", "cusolverSp.h", "cusolver_common.h"),
-}
-# The workdir form also links cuDNN (the released environment's convolutions use it), found in the nvidia-cudnn
-# wheel torch's CUDA build depends on (the toolkit does not ship it).
-WORKDIR_LIBRARIES: dict[str, tuple[str, ...]] = {
-    **ALLOWED_LIBRARIES,
     "cudnn": ("cudnn.h", "cudnn_cnn.h", "cudnn_ops.h", "cudnn_graph.h", "cudnn_backend.h"),
 }
 _ALLOWED_TEXT = ", ".join(ALLOWED_LIBRARIES)
@@ -61,9 +57,7 @@ class VendorLibrary:
         return f"{real}:{real.stat().st_size}"
 
 
-def _scan(
-    path: str, source: str, allowed: dict[str, tuple[str, ...]]
-) -> tuple[dict[str, int], dict[str, int], list[Diagnostic]]:
+def _scan(path: str, source: str) -> tuple[dict[str, int], dict[str, int], list[Diagnostic]]:
     """One file's declared libraries and the libraries its #includes need (name -> line), and diagnostics for
     declared names outside the allow-list."""
     text = blank_comments(source)
@@ -75,7 +69,7 @@ def _scan(
         if args is None:
             continue  # another pragma comment kind (e.g. "user"); nothing to link
         name, line = args.group("name"), line_of(text, m.start())
-        if name in allowed:
+        if name in ALLOWED_LIBRARIES:
             declared.setdefault(name, line)
         else:
             problems.append(
@@ -83,12 +77,12 @@ def _scan(
                     file=path,
                     line=line,
                     code="bad_library",
-                    message=f"library {name!r} is not allowed; allowed: {', '.join(allowed)}",
+                    message=f"library {name!r} is not allowed; allowed: {_ALLOWED_TEXT}",
                     hint=_HINT,
                 )
             )
     for header, line in included(source):
-        for name, headers in allowed.items():
+        for name, headers in ALLOWED_LIBRARIES.items():
             if header in headers:
                 needed.setdefault(name, line)
     return declared, needed, problems
@@ -124,13 +118,12 @@ def vendor_libraries(
     """The libraries the candidate's kernel files declare, resolved; or diagnostics (code ``bad_library``).
 
     ``by_include``: the workdir form's rules: a vendor header declares its library (its environment links what
-    the kernels include and has no pragma convention), and the libraries are WORKDIR_LIBRARIES."""
-    allowed = WORKDIR_LIBRARIES if by_include else ALLOWED_LIBRARIES
+    the kernels include and has no pragma convention)."""
     declared: dict[str, tuple[str, int]] = {}
     needed: dict[str, tuple[str, int]] = {}
     problems: list[Diagnostic] = []
     for path, source in sorted(kernel_files.items()):
-        file_declared, file_needed, bad = _scan(path, source, allowed)
+        file_declared, file_needed, bad = _scan(path, source)
         problems += bad
         for name, line in file_declared.items():
             declared.setdefault(name, (path, line))

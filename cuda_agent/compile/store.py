@@ -23,6 +23,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from cuda_agent import safefs
+from cuda_agent.compile.evict import mark_used, within_budget
 from cuda_agent.contracts.candidate import EXTENSION_DIR_ENV, CandidateForm
 from cuda_agent.contracts.common import Device
 from cuda_agent.contracts.compile import CompileResult
@@ -80,8 +81,10 @@ def has_artifact(key: str) -> bool:
 
 
 def read_record(key: str) -> BuildRecord:
+    """The artifact's record; reading it (a cache hit, a load) makes the artifact the last one evicted."""
     if not has_artifact(key):
         raise ArtifactError(f"artifact {key} does not exist here")
+    mark_used(artifact_dir(key))
     return _parse_record(artifact_dir(key), key)
 
 
@@ -129,6 +132,7 @@ def pack_artifact(key: str) -> bytes:
     root = artifact_dir(key)
     if not has_artifact(key):
         raise ArtifactError(f"artifact {key} does not exist here")
+    mark_used(root)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(root, arcname=".")
@@ -148,7 +152,10 @@ def unpack_artifact(key: str, data: bytes) -> Path:
     except (tarfile.TarError, OSError, ArtifactError) as exc:
         safefs.remove_tree(staging)
         raise ArtifactError(f"artifact {key}: bad archive: {exc}") from None
-    return publish(key, staging, record)
+    final = publish(key, staging, record)
+    # A GPU worker on another host keeps a copy of every artifact it fetched: bounded like the service's own.
+    within_budget([artifacts_root()], keep={final})
+    return final
 
 
 def ensure_artifact(key: str, base_url: str | None = None, timeout_s: float = 120.0) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from cuda_agent.compile.libraries import WORKDIR_LIBRARIES
+from cuda_agent.compile.libraries import ALLOWED_LIBRARIES
 from cuda_agent.compile.manifest import blank_comments, included, line_of
 from cuda_agent.contracts.candidate import KERNEL_SUFFIXES, CandidateSource, RuleProfile
 from cuda_agent.contracts.eval import Finding
@@ -358,7 +358,7 @@ def paper_native(source: str, path: str) -> list[Finding]:
             what = f"calls the tensor method .{m.group('name')}()"
             findings.append(_paper(RULE_TORCH_OPERATOR, path, line_of(text, m.start()), what))
     for header, line in included(source):
-        for library, headers in WORKDIR_LIBRARIES.items():
+        for library, headers in ALLOWED_LIBRARIES.items():
             if header in headers and library not in _PAPER_LIBRARIES:
                 findings.append(_paper(RULE_VENDOR_LIBRARY, path, line, f"includes {header} ({library})"))
     for m in _CPP_VENDOR_CALL.finditer(text):

@@ -135,7 +135,13 @@ def load_trajectories(trajectory_ids: Sequence[str], tenant: str | None) -> list
 @dataclass
 class Batch:
     """Padded tensors, all but input_ids/attention_mask aligned with the *targets* input_ids[:, 1:] (position t
-    holds what the model predicts from the prefix ending at t)."""
+    holds what the model predicts from the prefix ending at t).
+
+    Models run on input_ids without the attention mask: rows are right-padded, so under the causal mask no real
+    token sees padding, and positions count from 0 in every row either way. What the model says at real tokens is
+    then what it says with the mask, while scaled-dot-product attention takes its causal fast path (flash attention)
+    instead of a materialized [B, 1, L, L] mask, which transformers always builds when torch.compile traces the mask
+    tensor. Outputs at padding differ, and every loss masks them out."""
 
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
@@ -155,7 +161,8 @@ class Batch:
 
 
 def collate(sequences: Sequence[TrainingSequence], pad_id: int, device: torch.device | str = "cpu") -> Batch:
-    """Right-pad the sequences into one batch; padding is masked out of attention and of every loss."""
+    """Right-pad the sequences into one batch; padding is masked out of every loss (and, coming last, out of what a
+    causal model computes at real tokens)."""
     if not sequences:
         raise TrainDataError("empty batch")
     length = max(len(s) for s in sequences)
@@ -180,10 +187,36 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+class _LogprobsAndEntropy(torch.autograd.Function):
+    """log p(target) and the entropy of softmax(logits) in float32, saving only the logits (in their own, often
+    bf16, dtype) and two numbers per position for the backward, which recomputes the log-softmax. Autograd through
+    log_softmax, exp and their product would keep two float32 copies of the full-vocabulary logits per micro-batch
+    and read and write each several times."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        target_logits = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float()
+        taken = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        lse = target_logits - taken  # log-sum-exp of the row: log_softmax does not return it
+        entropy = -(log_probs.exp().mul_(log_probs)).sum(-1)
+        ctx.save_for_backward(logits, targets, lse, entropy)
+        return taken, entropy
+
+    @staticmethod
+    def backward(ctx: Any, grad_taken: torch.Tensor, grad_entropy: torch.Tensor) -> tuple[torch.Tensor, None]:
+        logits, targets, lse, entropy = ctx.saved_tensors
+        # d taken / dz = onehot - p;  d entropy / dz = -p * (log p + entropy).
+        log_probs = logits.float() - lse.unsqueeze(-1)
+        probs = log_probs.exp()
+        grad = log_probs.add_(entropy.unsqueeze(-1)).mul_(grad_entropy.unsqueeze(-1))
+        grad = grad.add_(grad_taken.unsqueeze(-1)).mul_(probs).neg_()
+        grad.scatter_add_(-1, targets.unsqueeze(-1), grad_taken.unsqueeze(-1))
+        return grad.to(logits.dtype), None
+
+
 def token_logprobs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each target token under the model, and the entropy of each predicted distribution ([B, L-1])."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
-    log_probs = torch.log_softmax(logits, dim=-1)
-    taken = log_probs.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    logits = model(input_ids=batch.input_ids).logits[:, :-1]  # no attention mask: see Batch
+    taken, entropy = _LogprobsAndEntropy.apply(logits, batch.input_ids[:, 1:])
     return taken, entropy

@@ -25,7 +25,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,6 +214,13 @@ class Trainer:
             # The critic's regularizer is the explicit L2 term in its loss (critic_l2), so no decoupled decay here.
             self.critic = self._wrap(self.critic)
             self.optimizers["critic"] = self._adamw(self.critic, config.critic_lr, 0.0)
+        # Compiled callables for the training forwards only, over the (possibly DDP-wrapped) modules: sampling calls
+        # the plain policy (generate's cached decoding would trace graphs of its own), and the optimizers, gradient
+        # clipping and checkpoints keep working on the plain modules and their state_dicts.
+        self._logprobs: Callable[[nn.Module, Batch], tuple[torch.Tensor, torch.Tensor]] = self._compiled(token_logprobs)
+        self._values: Callable[[Batch], torch.Tensor] | None = (
+            self._compiled(self.critic) if self.critic is not None else None
+        )
         self.step = 0
         if checkpoint is not None:
             self._restore(checkpoint)
@@ -229,6 +236,13 @@ class Trainer:
         # arithmetic for a model of hundreds of tensors.
         fused = self.device.type == "cuda"
         return torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
+
+    def _compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if self.config.compile_model is None:
+            return fn
+        # Dynamic from the first call: sequence lengths (and the last minibatch's size) change from batch to batch,
+        # and a graph per shape would compile on most steps.
+        return torch.compile(fn, backend=self.config.compile_model, dynamic=True)
 
     def _wrap(self, module: nn.Module) -> nn.Module:
         if self.dist.world_size == 1:
@@ -310,7 +324,7 @@ class Trainer:
     def _rft_step(self) -> tuple[dict[str, float], int]:
         batch = self._fixed_batch(self.step)
         with _autocast(self.device, self.config):
-            logprobs, entropy = token_logprobs(self.policy, batch)
+            logprobs, entropy = self._logprobs(self.policy, batch)
         loss = self._update("policy", self.policy, sft_loss(logprobs, batch.action_mask))
         return {
             "loss": loss,
@@ -325,10 +339,10 @@ class Trainer:
         return loss, loss + self.config.critic_l2 * l2_penalty(self.critic)
 
     def _value_step(self) -> tuple[dict[str, float], int]:
-        assert self.critic is not None
+        assert self.critic is not None and self._values is not None
         batch = self._fixed_batch(self.step)
         with _autocast(self.device, self.config):
-            values = self.critic(batch)
+            values = self._values(batch)
         # TD(lambda) targets from the critic's own current values: regressed towards, never differentiated through.
         _, returns = gae(batch.rewards, values.detach(), batch.action_mask, self.config.gamma, self.config.gae_lambda)
         fit, total = self._critic_loss(values, returns, batch, None)
@@ -341,7 +355,7 @@ class Trainer:
         }, batch.tokens
 
     def _ppo_step(self) -> tuple[dict[str, float], int]:
-        assert self.critic is not None and self.rollout is not None
+        assert self.critic is not None and self._values is not None and self.rollout is not None
         config = self.config
         policy = Policy(_unwrap(self.policy), self.tokenizer, config.model_name, self.device)
         trajectories = self.rollout(policy, config, self.step, self.dist.rank)
@@ -351,8 +365,8 @@ class Trainer:
         batch = collate(sequences, self._pad_id, self.device)
         mask = batch.action_mask
         with torch.no_grad(), _autocast(self.device, config):
-            old_values = self.critic(batch).float()
-            ref_logprobs = token_logprobs(self.reference, batch)[0] if self.reference is not None else None
+            old_values = self._values(batch)
+            ref_logprobs = self._logprobs(self.reference, batch)[0] if self.reference is not None else None
         advantages, returns = gae(batch.rewards, old_values, mask, config.gamma, config.gae_lambda)
         advantages = whiten(advantages, mask)
         clip_low, clip_high = clip_range(config, self.step)
@@ -365,7 +379,7 @@ class Trainer:
             for rows in torch.split(order, config.batch_size):
                 mb = batch.rows(rows)
                 with _autocast(self.device, config):
-                    logprobs, entropy = token_logprobs(self.policy, mb)
+                    logprobs, entropy = self._logprobs(self.policy, mb)
                 pg_loss, clip_fraction = clipped_objective(
                     logprobs, mb.old_logprobs, advantages[rows], mb.action_mask, clip_low, clip_high
                 )
@@ -381,10 +395,10 @@ class Trainer:
                 if ref_logprobs is not None:
                     kl_ref = masked_mean(kl_to_reference(logprobs, ref_logprobs[rows]), mb.action_mask)
                     actor_loss = actor_loss + config.kl_coef * kl_ref
-                    step_metrics["kl_ref"] = float(kl_ref)
+                    step_metrics["kl_ref"] = float(kl_ref.detach())
                 self._update("policy", self.policy, actor_loss)
                 with _autocast(self.device, config):
-                    values = self.critic(mb).float()
+                    values = self._values(mb)
                 fit, total = self._critic_loss(values, returns[rows], mb, old_values[rows])
                 self._update("critic", self.critic, total)
                 step_metrics["value_loss"] = float(fit.detach())

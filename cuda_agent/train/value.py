@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from cuda_agent.train.data import Batch, masked_mean
 
@@ -47,10 +48,24 @@ class Critic(nn.Module):
     def forward(self, batch: Batch) -> torch.Tensor:
         """Values aligned with the batch's targets ([B, L-1]): position t values the prefix ending at t, the state
         in which target t+1 is chosen."""
-        hidden = self.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+        hidden = self.backbone(input_ids=batch.input_ids).last_hidden_state  # no attention mask: see Batch
         # The head runs in float32 even under bf16 autocast: GAE subtracts values that differ in the third digit.
         with torch.autocast(device_type=hidden.device.type, enabled=False):
             return self.head(hidden[:, :-1].float()).squeeze(-1)
+
+
+def _reverse_scan(coef: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """x[:, t] = coef[:, t] * x[:, t + 1] + offset[:, t] for every t at once, with x = 0 past the end: log2(T) doubling
+    steps of whole-tensor operations (x_t = a x_{t+d} + b composes with x_{t+d} = a' x_{t+2d} + b'), not T steps of
+    [B]-sized ones, which on a GPU cost a dozen kernel launches per token of the sequence."""
+    length = coef.shape[1]
+    span = 1
+    while span < length:
+        # Past the end x is 0, so the padded coefficient never multiplies anything but 0.
+        offset = offset + coef * F.pad(offset[:, span:], (0, span))
+        coef = coef * F.pad(coef[:, span:], (0, span))
+        span *= 2
+    return offset
 
 
 def gae(
@@ -61,16 +76,15 @@ def gae(
     Only mask-1 positions are actions; positions between them (tool output, padding) are skipped, so the last token
     of one turn bootstraps from the value at the first token of the next, and the last action from 0 (episode end).
     """
-    advantages = torch.zeros_like(values)
-    next_value = torch.zeros_like(values[:, 0])
-    next_advantage = torch.zeros_like(values[:, 0])
-    for t in reversed(range(values.shape[1])):
-        is_action = mask[:, t] > 0
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        advantage = delta + gamma * lam * next_advantage
-        advantages[:, t] = torch.where(is_action, advantage, torch.zeros_like(advantage))
-        next_value = torch.where(is_action, values[:, t], next_value)
-        next_advantage = torch.where(is_action, advantage, next_advantage)
+    is_action = mask > 0
+    zero, one = torch.zeros_like(values), torch.ones_like(values)
+    # The value of the first action at or after t (exact: each step takes a value or carries one, times 0 or 1).
+    action_value = _reverse_scan(torch.where(is_action, zero, one), torch.where(is_action, values, zero))
+    next_value = F.pad(action_value[:, 1:], (0, 1))
+    delta = rewards + gamma * next_value - values
+    # The advantage of the first action at or after t: A = delta + gamma * lam * (the next action's A).
+    carried = _reverse_scan(torch.where(is_action, gamma * lam * one, one), torch.where(is_action, delta, zero))
+    advantages = torch.where(is_action, carried, zero)
     returns = (advantages + values) * mask
     return advantages, returns
 

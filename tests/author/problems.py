@@ -33,3 +33,27 @@ LINEAR_RELU = problem(
     "        self.fc = nn.Linear(48, 40)", "        return torch.relu(self.fc(x))", "[torch.randn(24, 48)]"
 )
 SORT = problem("        pass", "        return torch.sort(x, dim=1)[0]", "[torch.randn(8, 32)]")
+CONV_BIAS_RELU = problem(
+    "        self.conv = nn.Conv2d(8, 16, 3, padding=1)",
+    "        return torch.relu(self.conv(x))",
+    "[torch.randn(4, 8, 20, 18)]",
+)
+# No bias and no epilogue: nothing but the convolution, which then runs on our own kernel (a library call alone
+# is not custom work).
+CONV_ONLY = problem(
+    "        self.conv = nn.Conv2d(6, 12, 3, stride=2, bias=False)",
+    "        return self.conv(x)",
+    "[torch.randn(3, 6, 17, 16)]",
+)
+CONV_TRANSPOSE = problem(
+    "        self.conv = nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1)",
+    "        return torch.tanh(self.conv(x))",
+    "[torch.randn(5, 8, 33)]",
+)
+# 576 products per output: TF32's rounding (PyTorch's default for cuDNN convolutions) alone would exceed the fp32
+# tolerance, so this verifies only against a reference computed in full fp32.
+CONV_WIDE = problem(
+    "        self.conv = nn.Conv2d(64, 64, 3, padding=1)",
+    "        return torch.relu(self.conv(x))",
+    "[torch.randn(8, 64, 32, 32)]",
+)

@@ -47,11 +47,54 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
     assert result.status is CompileStatus.OK, result.log[-3000:]
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "conv"),
+    [
+        (problems.CONV_BIAS_RELU, "exact"),
+        (problems.CONV_BIAS_RELU, "tf32"),
+        (problems.CONV_ONLY, "direct"),
+        (problems.CONV_TRANSPOSE, "exact"),
+    ],
+    ids=["cudnn_exact", "cudnn_tf32", "direct_when_alone", "cudnn_transposed_1d"],
+)
+def test_generated_convolutions_compile_with_nvcc(source: str, conv: str) -> None:
+    variants = author_problem(source, "cuda").variants
+    files = next(files for label, files in variants if f"conv={conv} " in label)
+    request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
+    result = LocalBackend().compile(request)
+    assert result.status is CompileStatus.OK, result.log[-3000:]
+    assert ("cudnnConvolution" in files["kernels/author.cu"]) is (conv != "direct")
+    if conv == "direct":  # the convolution alone: every variant runs it on our kernel
+        assert all("conv=direct " in label for label, _ in variants)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "source",
-    [problems.GELU_RESIDUAL, problems.RMSNORM, problems.SOFTMAX, problems.SUM_SUBTRACT, problems.LINEAR_RELU],
-    ids=["gelu_residual", "rmsnorm", "softmax", "sum_subtract", "linear_relu"],
+    [
+        problems.GELU_RESIDUAL,
+        problems.RMSNORM,
+        problems.SOFTMAX,
+        problems.SUM_SUBTRACT,
+        problems.LINEAR_RELU,
+        problems.CONV_BIAS_RELU,
+        problems.CONV_ONLY,
+        problems.CONV_TRANSPOSE,
+        problems.CONV_WIDE,
+    ],
+    ids=[
+        "gelu_residual",
+        "rmsnorm",
+        "softmax",
+        "sum_subtract",
+        "linear_relu",
+        "conv_relu",
+        "conv_only",
+        "convt",
+        "conv_wide",
+    ],
 )
 def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
     config = RolloutConfig(device=Device.CUDA, timing_trials=20, warmup=3)

@@ -65,8 +65,8 @@ def test_cublas_candidate_links_cublas_and_records_its_own_kernel() -> None:
 
 
 def test_library_outside_the_allow_list_is_refused() -> None:
-    result = build({"kernels/k.cu": example_kernel().replace('lib, "cublas"', 'lib, "cudnn"')})
-    assert result.status is CompileStatus.COMPILE_ERROR and "'cudnn' is not allowed" in result.message
+    result = build({"kernels/k.cu": example_kernel().replace('lib, "cublas"', 'lib, "nccl"')})
+    assert result.status is CompileStatus.COMPILE_ERROR and "'nccl' is not allowed" in result.message
     refused, undeclared = result.diagnostics  # and cublas_v2.h, included on line 3, is left without its library
     assert refused.code == "bad_library" and (refused.file, refused.line) == ("kernels/k.cu", 2)
     assert all(name in refused.message for name in ALLOWED_LIBRARIES)

@@ -1,0 +1,156 @@
+"""The training step's fast paths give the plain computation's results: token logprobs and entropies with their own
+backward, models run on right-padded batches without an attention mask, and compiled forwards (compile_model),
+whose checkpoints resume eager runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cuda_agent.contracts.agent import AssistantTurn, RewardEvent, RolloutConfig, Trajectory, TurnRecord
+from cuda_agent.contracts.train import RunState, TrainConfig
+from cuda_agent.eval.reward import reward_for
+from cuda_agent.train.data import TrainingSequence, collate, token_logprobs
+from cuda_agent.train.ppo import Policy
+from cuda_agent.train.run import Distributed, RunDir, Trainer, run_stage
+from cuda_agent.train.toy import TOY_WORDS
+from cuda_agent.train.value import Critic
+from tests.train.conftest import MODEL_NAME
+
+STEPS = 3
+ACTOR_AND_CRITIC_LR = 3e-3  # large enough for a random tiny model to move in a few steps
+
+
+def model_returning(logits: torch.Tensor) -> Any:
+    """A stand-in for a causal LM whose output is these logits, whatever its input."""
+    return lambda input_ids: SimpleNamespace(logits=logits)
+
+
+def test_token_logprobs_and_their_gradients_match_log_softmax() -> None:
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, 50, (3, 8), generator=generator)
+    batch = collate(
+        [TrainingSequence("t", row.tolist(), [1] * 8, [0.0] * 8, [0.0] * 8, 0.0, False) for row in input_ids], 0
+    )
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = (3 * torch.randn(3, 8, 50, generator=generator)).to(dtype).requires_grad_()
+        weights = torch.randn(2, 3, 7, generator=generator)
+        taken, entropy = token_logprobs(model_returning(logits), batch)
+        (grad,) = torch.autograd.grad((weights[0] * taken + weights[1] * entropy).sum(), logits)
+        log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        expected_taken = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+        expected_entropy = -(log_probs.exp() * log_probs).sum(-1)
+        objective = (weights[0] * expected_taken + weights[1] * expected_entropy).sum()
+        (expected_grad,) = torch.autograd.grad(objective, logits)
+        torch.testing.assert_close(taken, expected_taken)
+        torch.testing.assert_close(entropy, expected_entropy)
+        assert grad.dtype == dtype and grad[:, -1].abs().max() == 0  # the last position predicts nothing
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_padding_changes_nothing_at_real_tokens(tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model)
+    critic = Critic.from_pretrained(tiny_model)
+    torch.nn.init.normal_(critic.head.weight)  # the fresh head is zero: every value would match trivially
+    generator = torch.Generator().manual_seed(0)
+    sequences = []
+    for length in (9, 4, 6):
+        ids = torch.randint(4, len(TOY_WORDS) + 4, (length,), generator=generator).tolist()
+        sequences.append(TrainingSequence("t", ids, [1] * length, [0.0] * length, [0.0] * length, 0.0, False))
+    with torch.no_grad():
+        batch = collate(sequences, pad_id=0)
+        taken, entropy = token_logprobs(policy, batch)
+        values = critic(batch)
+        for row, sequence in enumerate(sequences):
+            alone = collate([sequence], pad_id=0)
+            real = len(sequence) - 1
+            for padded, single in zip(
+                (taken, entropy, values), (*token_logprobs(policy, alone), critic(alone)), strict=True
+            ):
+                torch.testing.assert_close(padded[row, :real], single[0])
+
+
+def varied_rollout(policy: Policy, config: TrainConfig, step: int, rank: int) -> list[Trajectory]:
+    """Random tokens, a different length per trajectory and per step (so the compiled graphs see shapes change), the
+    same whatever the policy: the compiled and eager runs train on the same data however their weights round."""
+    vocab = len(TOY_WORDS) + 4
+    generator = torch.Generator().manual_seed(step * 100 + rank)
+    out = []
+    for i in range(config.rollouts_per_step):
+        prompt, completion = 2 + i % 3, 3 + (i + step) % 5
+        ids = torch.randint(4, vocab, (prompt + completion,), generator=generator).tolist()
+        turn = TurnRecord(
+            index=0,
+            assistant=AssistantTurn(
+                token_ids=ids[prompt:], logprobs=[-2.0] * completion, prompt_token_ids=ids[:prompt]
+            ),
+            reward_events=[
+                RewardEvent(turn=0, kind="verify", status="x", reward=reward_for(i % 2 == 0, 1.0 + i % 3, 1.0, 1.05))
+            ],
+        )
+        out.append(
+            Trajectory(
+                id=f"r{step}-{i}", policy="random", model=MODEL_NAME, config=RolloutConfig(), prompt=[], turns=[turn]
+            )
+        )
+    return out
+
+
+def ppo_config(model: Path, compile_model: str | None) -> TrainConfig:
+    return TrainConfig.model_validate(
+        {
+            "model": str(model),
+            "model_name": MODEL_NAME,
+            "actor_lr": ACTOR_AND_CRITIC_LR,
+            "critic_lr": ACTOR_AND_CRITIC_LR,
+            "steps": STEPS,
+            "rollouts_per_step": 6,
+            "batch_size": 4,  # minibatches of 4 and 2 rows
+            "kl_coef": 0.1,  # a reference model too
+            "checkpoint_every": 1,
+            "compile_model": compile_model,
+        }
+    )
+
+
+def trained_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    return {key: value for key, value in metrics.items() if key not in ("step", "stage", "time", "tokens_per_s")}
+
+
+# aot_eager traces and differentiates the same graphs as inductor, in seconds; inductor's C++ code generation takes
+# over a minute on two cores.
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_ppo_steps_match_eager_and_resume_eager(tiny_model: Path, tmp_path: Path, backend: str) -> None:
+    eager = run_stage("ppo", ppo_config(tiny_model, None), tmp_path / "eager", rollout=varied_rollout)
+    compiled = run_stage("ppo", ppo_config(tiny_model, backend), tmp_path / "compiled", rollout=varied_rollout)
+    assert eager.state is compiled.state is RunState.FINISHED, (eager.message, compiled.message)
+    eager_metrics = [trained_metrics(m) for m in RunDir(tmp_path / "eager").read_metrics()]
+    compiled_metrics = [trained_metrics(m) for m in RunDir(tmp_path / "compiled").read_metrics()]
+    assert len(compiled_metrics) == STEPS and compiled_metrics[0]["kl_ref"] is not None
+    # The policy moves (a loss that ignored the trained weights would match trivially).
+    assert compiled_metrics[-1]["kl_ref"] > 0
+    for eager_step, compiled_step in zip(eager_metrics, compiled_metrics, strict=True):
+        assert compiled_step == pytest.approx(eager_step, rel=1e-4, abs=1e-6)
+
+    # A compiled run's checkpoint holds the plain modules' weights, under their plain names. Adam divides each
+    # gradient by its own scale, so a rounding difference in a near-zero gradient can move that weight by a percent
+    # of the learning rate.
+    checkpoint = tmp_path / "compiled/checkpoints/step-000002"
+    eager_checkpoint = tmp_path / "eager/checkpoints/step-000002"
+    for part in ("policy/model.safetensors", "critic/model.safetensors", "critic/value_head.pt"):
+        read = load_file if part.endswith(".safetensors") else torch.load
+        eager_weights, compiled_weights = read(eager_checkpoint / part), read(checkpoint / part)
+        assert compiled_weights.keys() == eager_weights.keys()
+        for name, weight in compiled_weights.items():
+            torch.testing.assert_close(weight, eager_weights[name], rtol=1e-4, atol=1e-2 * ACTOR_AND_CRITIC_LR)
+    # An eager trainer resumes from it (weights, optimizer state, step) to the compiled run's next step.
+    resumed = Trainer("ppo", ppo_config(tiny_model, None), Distributed(0, 1, 0), checkpoint, None, varied_rollout)
+    assert resumed.step == 2
+    assert trained_metrics(resumed.run_step()) == pytest.approx(compiled_metrics[2], rel=1e-4, abs=1e-6)
