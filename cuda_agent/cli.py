@@ -427,6 +427,25 @@ def bench_eval(
         raise typer.Exit(1)
 
 
+@bench_app.command("coverage")
+@one_line_errors
+def bench_coverage(
+    count: Annotated[int, typer.Option(min=1, max=100_000, help="Problems to compose.")] = 300,
+    seed: Annotated[int, typer.Option(help="Which set of compositions.")] = 7,
+    threshold: Annotated[float, typer.Option(min=0.0, max=1.0, help="Least share authored (else exit 1).")] = 0.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """The kernel author's coverage of composed problems it has never seen (CPU, no compilation)."""
+    from cuda_agent.bench.coverage import render, run_coverage
+
+    figures = run_coverage(count, seed)
+    render(figures, threshold, console)
+    if json_out is not None:
+        json_out.write_text(figures.model_dump_json(indent=2))
+    if figures.share < threshold:
+        raise typer.Exit(1)
+
+
 @bench_app.command("optimize")
 @one_line_errors
 def bench_optimize(
@@ -439,6 +458,9 @@ def bench_optimize(
     only: Annotated[list[str] | None, typer.Option(help="Only this problem (file stem; repeatable).")] = None,
     tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write every figure here.")] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Keep the rows already in --json and optimize only the problems it lacks.")
+    ] = False,
 ) -> None:
     """The optimize job on every problem: a table, a summary, and the CI gate.
 
@@ -453,23 +475,36 @@ def bench_optimize(
         paths = discover_problems(problems, only or ())
     except BenchError as exc:
         raise ConfigError(str(exc)) from None
+    earlier = None
+    if resume:
+        if json_out is None:
+            raise ConfigError("--resume continues the figures of --json FILE: name the file")
+        if json_out.exists():
+            try:
+                earlier = OptimizeBenchFigures.model_validate_json(json_out.read_text())
+            except ValueError as exc:
+                raise ConfigError(f"--json {json_out}: not figures of bench optimize ({exc})") from None
     _ensure_embedded_db()
 
     def save(figures: OptimizeBenchFigures) -> None:
         if json_out is not None:  # after every problem: a run cut short keeps what it measured
             json_out.write_text(figures.model_dump_json(indent=2))
 
-    figures = run_optimize_bench(
-        paths,
-        policy=policy,
-        device=device,
-        threshold=threshold,
-        against=against,
-        tolerance=tolerance,
-        time_budget_s=time_budget_s,
-        say=lambda line: console.print(line, highlight=False),
-        on_row=save,
-    )
+    try:
+        figures = run_optimize_bench(
+            paths,
+            policy=policy,
+            device=device,
+            threshold=threshold,
+            against=against,
+            tolerance=tolerance,
+            time_budget_s=time_budget_s,
+            say=lambda line: console.print(line, highlight=False),
+            on_row=save,
+            earlier=earlier,
+        )
+    except BenchError as exc:
+        raise ConfigError(str(exc)) from None
     render(figures, Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200))
     if not figures.ok:
         raise typer.Exit(1)

@@ -34,7 +34,9 @@ _VIEWS = frozenset(
     {"view", "_unsafe_view", "reshape", "expand", "permute", "unsqueeze", "squeeze", "broadcast_in_dim", "t",
      "transpose", "slice", "select", "flip"}
 )  # fmt: skip
-_CONSTS = frozenset({"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like"})
+_CONSTS = frozenset(
+    {"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like", "empty", "empty_like"}
+)
 # Ops returning (values, indices) whose values the author computes; a graph using the indices is unsupported.
 _VALUES_OF = frozenset(
     {
@@ -292,6 +294,8 @@ def _convert(
         return Node(name, op, OpKind.POINTWISE, shape, dtype, args)
     if op in _CASTS:
         return Node(name, "cast", OpKind.POINTWISE, shape, dtype, args[:1])
+    if op == "copy" and len(args) >= 2:  # functional copy_: the source, broadcast to the destination's shape and dtype
+        return Node(name, "cast", OpKind.POINTWISE, shape, dtype, args[1:2])
     if op in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
         if op == "clamp":
             lo, hi = _positional(raw, 1, [None, None])
@@ -322,7 +326,9 @@ def _convert(
     if op == "lerp" and isinstance(raw[2], int | float):
         return Node(name, op, OpKind.POINTWISE, shape, dtype, args[:2], {"weight": raw[2]})
     if op in _CONSTS:
-        value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}.get(op)
+        # An empty tensor's contents are undefined until written (functionalized code fills it by slice_scatter):
+        # zeros are as good as any.
+        value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1, "empty": 0, "empty_like": 0}.get(op)
         if value is None:
             value = raw[0] if op == "scalar_tensor" else raw[1]
         if not isinstance(value, bool | int | float):
@@ -406,6 +412,12 @@ def _index_or_window(
             raise Unsupported(f"{qualified} with index tensors that are not adjacent")
         indices = tuple(raw[1][d] for d in held)
         return Node(name, "index", OpKind.INDEX, shape, dtype, (args[0], *indices), {"first": held[0]})
+    if op == "slice_scatter" and isinstance(args[0], Node) and isinstance(args[1], Node):
+        dst, src = args[0], args[1]
+        dim, start, _, step = _positional(raw, 2, [0, None, None, 1])
+        dim %= len(shape)
+        start = 0 if start is None else start + shape[dim] if start < 0 else start
+        return Node(name, op, OpKind.INDEX, shape, dtype, (dst, src), {"dim": dim, "start": start, "step": step})
     if op == "constant_pad_nd" and isinstance(args[0], Node):
         pads, value = list(raw[1]), raw[2] if len(raw) > 2 else 0
         rank = len(shape)

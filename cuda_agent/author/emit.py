@@ -30,7 +30,9 @@ class Variant:
     rows: str = "auto"  # "block": a block per row, "thread": a thread per row, "auto": by row length
     vec: int = 4  # elements per thread and access in elementwise kernels (1 or 4)
     tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
-    gemm: str = "cublas"  # "cublas": the vendor library where the operands' strides allow it, else "tiled" (ours)
+    # "cublas": the vendor library where the operands' strides allow it ("cublas_tf32": on TF32 tensor cores), else
+    # "tiled" (ours)
+    gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
     # lets cuDNN use tensor cores as PyTorch does by default (faster, within loose tolerances only); "direct" is ours
     conv: str = "exact"
@@ -163,7 +165,10 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
         lines += _scope_body(kernel, kernel.out_scope, "o")
         lines += [f"{b}[o] = {v};" for b, v in kernel.full_outputs]
         return lines
-    lines = _coords(outer, shape, "o")
+    # Reduced dims of size 1 have coordinate 0 for the whole row: declared once here, since the loops below would
+    # each hoist the constant and declare it again.
+    lines = _coords(outer, shape, "o") + [f"const int64_t i{j} = 0;" for j in reduced if shape[j] == 1]
+    walked = _coords([j for j in reduced if shape[j] != 1], shape, "r")
     start, step = ("threadIdx.x", str(block)) if per_block else ("0", "1")
     loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
     for red in kernel.reductions:
@@ -176,7 +181,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
             lines.append(f"const {t} {red.var} = {folded.get(node.op, red.value)};")
             continue
         lines.append(f"{t} acc_{red.var} = ({t})({identity});")
-        body = _coords(reduced, shape, "r") + _scope_body(kernel, red.scope, full_index)
+        body = walked + _scope_body(kernel, red.scope, full_index)
         if node.op == "sum":
             lines.append(f"{t} comp_{red.var} = ({t})0;")
             body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
@@ -193,7 +198,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
         identity, combine = reduction(kernel.scan.op, kernel.scan.ctype)
         t = kernel.scan.ctype
         lines.append(f"{t} running = ({t})({identity});")
-        body = _coords(reduced, shape, "r") + _scope_body(kernel, kernel.out_scope, full_index)
+        body = walked + _scope_body(kernel, kernel.out_scope, full_index)
         if kernel.scan.op == "sum":
             lines.append(f"{t} comp = ({t})0;")
             body += _kahan("running", "comp", kernel.full_outputs[0][1], t)
@@ -202,7 +207,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
         body.append(f"{kernel.full_outputs[0][0]}[{full_index}] = running;")
         lines += _loop(loop, body)
     elif kernel.full_outputs:
-        body = _coords(reduced, shape, "r") + _scope_body(kernel, kernel.out_scope, full_index)
+        body = walked + _scope_body(kernel, kernel.out_scope, full_index)
         body += [f"{b}[{full_index}] = {v};" for b, v in kernel.full_outputs]
         lines += _loop(loop, body)
     lines += _scope_body(kernel, kernel.row_scope, full_index)
@@ -380,9 +385,9 @@ def _blas_operand(rows_stride: int, cols_stride: int, rows: int, cols: int) -> t
     return None
 
 
-def _cublas_gemm(g: GemmKernel) -> str | None:
+def _cublas_gemm(g: GemmKernel, tf32: bool) -> str | None:
     """C = A @ B through cublasSgemmStridedBatched: row-major C is column-major C^T = B^T A^T, so B goes first.
-    FP32 math mode (no TF32): the result must hold under the fp32 tolerance profiles."""
+    FP32 math (no TF32) unless ``tf32``: only loose tolerance profiles admit TF32's rounding."""
     s = _strides(g)
     b_op = _blas_operand(s["sbk"], s["sbn"], g.k, g.n)
     a_op = _blas_operand(s["sam"], s["sak"], g.m, g.k)
@@ -393,7 +398,10 @@ def _cublas_gemm(g: GemmKernel) -> str | None:
 // {g.node.op} on cuBLAS: one handle per process (created on first use, bound to the caller's stream each call).
 extern "C" int {g.name}({_launcher_params(g, "cuda")}) {{
     static cublasHandle_t handle = nullptr;
-    if (handle == nullptr && cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
+    if (handle == nullptr) {{
+        if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
+        cublasSetMathMode(handle, {"CUBLAS_TF32_TENSOR_OP_MATH" if tf32 else "CUBLAS_DEFAULT_MATH"});
+    }}
     cublasSetStream(handle, stream);
     const float alpha = 1.0f, beta = 0.0f;
     return (int)cublasSgemmStridedBatched(handle, {b_op[0]}, {a_op[0]}, {g.n}, {g.m}, {g.k}, &alpha,
@@ -616,7 +624,7 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         elif isinstance(k, ConvKernel):
             parts.append(_cuda_conv(k, variant) if device == "cuda" else _cpu_conv(k, variant))
         elif isinstance(k, GemmKernel) and device == "cuda":
-            vendor = _cublas_gemm(k) if variant.gemm == "cublas" else None
+            vendor = _cublas_gemm(k, variant.gemm == "cublas_tf32") if variant.gemm.startswith("cublas") else None
             blas = blas or vendor is not None
             parts.append(vendor or _cuda_gemm(k, variant))
         elif isinstance(k, GemmKernel):

@@ -387,6 +387,18 @@ class Planner:
                 inside.append(f"({local} >= 0 && {local} < {n}LL)")
             value = self.value(kernel, scope, src, tuple(at))
             return f"(({' && '.join(inside) or 'true'}) ? {value} : {c_literal(a['value'], node.ctype)})"
+        if op == "slice_scatter":
+            # src where the strided slice covers the element, dst elsewhere; src is read at a clamped coordinate.
+            dst, src = node.args
+            d, start, step, n = a["dim"], a["start"], a["step"], src.shape[a["dim"]]
+            local = f"({coords[d]} - {start}LL)"
+            at = local if step == 1 else f"({local} / {step}LL)"
+            inside = f"{local} >= 0 && {local} <= {(n - 1) * step}LL" + (
+                f" && {local} % {step}LL == 0" if step > 1 else ""
+            )
+            clamped = f"({at} < 0 ? 0 : ({at} > {n - 1}LL ? {n - 1}LL : {at}))"
+            covered = self.value(kernel, scope, src, (*coords[:d], clamped, *coords[d + 1 :]))
+            return f"(({inside}) ? {covered} : {self.value(kernel, scope, dst, coords)})"
         if op == "index":
             src, indices, first = node.args[0], node.args[1:], a["first"]
             span = len(node.shape) - (len(src.shape) - len(indices))  # the index tensors' broadcast rank
@@ -644,6 +656,13 @@ def _is_diagonal(node: Node) -> bool:
     return sorted(read) == ["I", "K"]
 
 
+_INTEGER = {
+    "abs": "(({0}) < 0 ? -({0}) : ({0}))",
+    "maximum": "(({0}) > ({1}) ? ({0}) : ({1}))",
+    "minimum": "(({0}) < ({1}) ? ({0}) : ({1}))",
+}
+
+
 def pointwise_expr(node: Node, v: list[str]) -> str:
     op, a, t = node.op, node.attrs, node.ctype
 
@@ -652,6 +671,8 @@ def pointwise_expr(node: Node, v: list[str]) -> str:
 
     if op == "pow" and len(node.args) == 2 and not isinstance(node.args[1], Node) and node.args[1] in (2, 2.0):
         return f"({v[0]} * {v[0]})"
+    if t in ("int64_t", "int32_t") and op in _INTEGER:  # CUDA's fabs, fmax and fmin take floating point only
+        return _INTEGER[op].format(*v)
     if op in UNARY:
         return UNARY[op].format(*v)
     if op in BINARY:
@@ -660,10 +681,9 @@ def pointwise_expr(node: Node, v: list[str]) -> str:
         return f"(({t})({v[0]}))"
     if op == "clamp":
         out = v[0]
-        if a["min"] is not None:
-            out = f"fmax({out}, {lit(a['min'])})"
-        if a["max"] is not None:
-            out = f"fmin({out}, {lit(a['max'])})"
+        for bound, pick in (("min", "maximum"), ("max", "minimum")):
+            if a[bound] is not None:
+                out = pointwise_expr(Node("", pick, OpKind.POINTWISE, node.shape, node.dtype), [out, lit(a[bound])])
         return out
     if op == "gelu":
         if a["approximate"] == "tanh":

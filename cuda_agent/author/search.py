@@ -26,8 +26,9 @@ AUTHOR_TIMEOUT_S = 120.0
 _MEDIAN = re.compile(r"candidate median: (?P<ms>[0-9.]+) ms")
 
 
-def variants(plan: Plan, device: str) -> list[Variant]:
-    """Distinct variants worth timing for this plan (knobs the plan has no use for are not varied)."""
+def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
+    """Distinct variants worth timing for this plan (knobs the plan has no use for are not varied); ``tf32``: the
+    tolerance admits TF32 tensor-core rounding (the variant says so in its label)."""
     if device == "cpu":
         return [Variant(), Variant(omp="always")]
     # A library call is not custom work (the build refuses a candidate whose only kernels are cuBLAS or cuDNN
@@ -41,8 +42,9 @@ def variants(plan: Plan, device: str) -> list[Variant]:
         out += [replace(base, rows="block"), replace(base, rows="thread")]
     if has_gemm:
         out += [replace(base, gemm="tiled"), replace(base, gemm="tiled", tile=16)]
-    if any(isinstance(k, ConvKernel) for k in plan.kernels) and not own_only:
-        out.append(replace(base, conv="tf32"))  # last: verified only where the tolerance admits TF32's rounding
+    if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
+        has_conv = any(isinstance(k, ConvKernel) for k in plan.kernels)
+        out.append(replace(base, gemm="cublas_tf32" if has_gemm else base.gemm, conv="tf32" if has_conv else base.conv))
     return list(dict.fromkeys(out))
 
 
@@ -55,7 +57,7 @@ class Authored:
     variants: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # (label, candidate files)
 
 
-def author_problem(source: str, device: str) -> Authored:
+def author_problem(source: str, device: str, tf32: bool = False) -> Authored:
     """Capture, plan and emit in this process (the problem's code runs here: see ``author_sandboxed``)."""
     try:
         plan = plan_graph(capture_problem(source))
@@ -63,16 +65,16 @@ def author_problem(source: str, device: str) -> Authored:
         return Authored(unsupported=str(exc))
     return Authored(
         plan=plan.describe(),
-        variants=[(v.label(), candidate_files(plan, source, device, v)) for v in variants(plan, device)],
+        variants=[(v.label(), candidate_files(plan, source, device, v)) for v in variants(plan, device, tf32)],
     )
 
 
-def author_sandboxed(source: str, device: str) -> Authored:
+def author_sandboxed(source: str, device: str, tf32: bool = False) -> Authored:
     """``author_problem`` in a sandboxed child (no network, no GPU, bounded memory and time), as the environment
     describes problems: tracing runs the tenant's Model and get_inputs code."""
     from cuda_agent.sandbox.child import ChildFailed, run_python_child
 
-    stdin = json.dumps({"source": source, "device": device}).encode()
+    stdin = json.dumps({"source": source, "device": device, "tf32": tf32}).encode()
     try:
         answer = run_python_child("cuda_agent.author", stdin, timeout_s=AUTHOR_TIMEOUT_S)
     except ChildFailed as exc:
@@ -84,7 +86,7 @@ def author_sandboxed(source: str, device: str) -> Authored:
 def main() -> None:
     """The child: problem source and device as JSON on stdin, ``Authored`` as JSON to argv[1]."""
     request = json.loads(sys.stdin.read())
-    authored = author_problem(request["source"], request["device"])
+    authored = author_problem(request["source"], request["device"], bool(request["tf32"]))
     Path(sys.argv[1]).write_text(json.dumps(authored.__dict__))
 
 

@@ -225,11 +225,25 @@ def run_optimize_bench(
     time_budget_s: float | None = None,
     say: Callable[[str], None] = lambda line: None,
     on_row: Callable[[OptimizeBenchFigures], None] = lambda figures: None,
+    earlier: OptimizeBenchFigures | None = None,
 ) -> OptimizeBenchFigures:
-    """Optimize every problem in turn; ``on_row`` sees the figures after each, so a run cut short keeps them."""
+    """Optimize every problem in turn; ``on_row`` sees the figures after each, so a run cut short keeps them.
+    ``earlier``: the figures of a run cut short, whose rows are kept and whose problems are not optimized again
+    (a suite larger than one sitting spreads over several)."""
     figures = OptimizeBenchFigures(
         policy=policy, device=device, threshold=threshold, against=against, time_budget_s=time_budget_s
     )
+    if earlier is not None:
+        settings = (earlier.policy, earlier.device, earlier.against, earlier.time_budget_s)
+        if settings != (policy, device, against, time_budget_s):
+            raise BenchError(
+                f"the earlier figures were measured with policy {earlier.policy}, device {earlier.device.value}, "
+                f"against {earlier.against.value}, budget {earlier.time_budget_s} s: resume with the same settings"
+            )
+        figures.rows = [r.model_copy(update={"passed": passes(r, threshold, against)}) for r in earlier.rows]
+        done = {r.problem for r in earlier.rows}
+        problems = [p for p in problems if p.stem not in done]
+        say(f"resuming: {len(done)} problems measured earlier, {len(problems)} left")
     for n, path in enumerate(problems, start=1):
         say(f"[{n}/{len(problems)}] {path.stem}: optimizing with {policy} on {device.value}")
         row = optimize_problem(path, policy=policy, device=device, tolerance=tolerance, time_budget_s=time_budget_s)

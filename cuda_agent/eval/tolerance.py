@@ -23,3 +23,10 @@ def tolerance_for(preset: TolerancePreset, dtype: str) -> Tolerance:
     if preset is TolerancePreset.PAPER:
         return Tolerance(atol=1e-2, rtol=1e-2)
     return Tolerance(atol=1e-5, rtol=1e-3)
+
+
+def admits_tf32(preset: TolerancePreset) -> bool:
+    """Whether float32 outputs judged at ``preset`` may come from TF32 tensor cores: TF32 keeps 10 mantissa bits,
+    about 5e-4 relative error per product, so it needs tolerances of 1e-3 or looser."""
+    tol = tolerance_for(preset, "torch.float32")
+    return tol.atol >= 1e-3 and tol.rtol >= 1e-3

@@ -135,6 +135,24 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(2, 3, 5, 5)]",
         "x",
     ),
+    "instance_norm_unbatched_then_softmax": (
+        "self.norm = nn.InstanceNorm2d(4)\n        self.softmax = nn.Softmax(dim=-1)",
+        "return self.softmax(self.norm(x))",
+        "[torch.randn(4, 6, 5)]",
+        "x",
+    ),
+    "circular_pad": (
+        "self.a = nn.CircularPad2d((1, 2, 2, 1))\n        self.b = nn.CircularPad1d(3)",
+        "return self.a(x) * 2, self.b(x[:, 0])",
+        "[torch.randn(2, 3, 5, 6)]",
+        "x",
+    ),
+    "slice_scatter_strided": (
+        "pass",
+        "return torch.slice_scatter(x, torch.tanh(y), dim=1, start=1, end=8, step=3)",
+        "[torch.randn(4, 9), torch.randn(4, 3)]",
+        "x, y",
+    ),
     "index_two_tensors": (
         "pass",
         "return x[:, i, j] * 3",

@@ -3,14 +3,19 @@ CUDA it writes builds with nvcc (no GPU needed to compile)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from cuda_agent.agent import KernelEnv, create_policy, run_rollout
 from cuda_agent.author import author_problem
 from cuda_agent.contracts.agent import RolloutConfig, TerminationReason
 from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
-from cuda_agent.contracts.common import CompileStatus, Device
+from cuda_agent.contracts.common import CompileStatus, Device, TolerancePreset
 from cuda_agent.contracts.compile import CompileRequest
+from cuda_agent.dataset.compose import ComposedProblem, ComposeOptions, compose_one
+from cuda_agent.dataset.crawl import crawl
+from cuda_agent.eval.tolerance import admits_tf32
 from cuda_agent.verify import LocalBackend
 from tests.author import problems
 
@@ -50,24 +55,57 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
 @pytest.mark.sandbox
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("source", "conv"),
+    ("source", "knob"),
     [
-        (problems.CONV_BIAS_RELU, "exact"),
-        (problems.CONV_BIAS_RELU, "tf32"),
-        (problems.CONV_ONLY, "direct"),
-        (problems.CONV_TRANSPOSE, "exact"),
+        (problems.CONV_BIAS_RELU, "conv=exact"),
+        (problems.CONV_BIAS_RELU, "conv=tf32"),
+        (problems.CONV_ONLY, "conv=direct"),
+        (problems.CONV_TRANSPOSE, "conv=exact"),
+        (problems.LINEAR_RELU, "gemm=cublas_tf32"),
     ],
-    ids=["cudnn_exact", "cudnn_tf32", "direct_when_alone", "cudnn_transposed_1d"],
+    ids=["cudnn_exact", "cudnn_tf32", "direct_when_alone", "cudnn_transposed_1d", "cublas_tf32"],
 )
-def test_generated_convolutions_compile_with_nvcc(source: str, conv: str) -> None:
-    variants = author_problem(source, "cuda").variants
-    files = next(files for label, files in variants if f"conv={conv} " in label)
+def test_generated_library_calls_compile_with_nvcc(source: str, knob: str) -> None:
+    variants = author_problem(source, "cuda", tf32=True).variants
+    files = next(files for label, files in variants if f"{knob} " in label)
     request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
     result = LocalBackend().compile(request)
     assert result.status is CompileStatus.OK, result.log[-3000:]
-    assert ("cudnnConvolution" in files["kernels/author.cu"]) is (conv != "direct")
-    if conv == "direct":  # the convolution alone: every variant runs it on our kernel
+    if knob.startswith("conv"):
+        assert ("cudnnConvolution" in files["kernels/author.cu"]) is (knob != "conv=direct")
+    if knob == "conv=direct":  # the convolution alone: every variant runs it on our kernel
         assert all("conv=direct " in label for label, _ in variants)
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_composed_problems_compile_with_nvcc() -> None:
+    """The CUDA back end on problems written for no one (the dataset composer's chains): the CPU tests check what
+    the kernels compute, this that nvcc accepts what they are written in (integer abs, hoisted coordinates...)."""
+    catalogue, options = crawl(), ComposeOptions()
+    built = 0
+    for index in range(12):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            problem = compose_one(11, index, catalogue, options)
+            if not isinstance(problem, ComposedProblem):
+                continue
+            variants = author_problem(problem.code, "cuda").variants
+        for label, files in variants[:1]:
+            candidate = CandidateSource(form=CandidateForm.PROJECT, files=files)
+            result = LocalBackend().compile(CompileRequest(candidate=candidate, device=Device.CUDA))
+            assert result.status is CompileStatus.OK, (problem.ops, label, result.message)
+            built += 1
+    assert built >= 8
+
+
+def test_tensor_core_variants_only_where_the_tolerance_admits_them() -> None:
+    assert not admits_tf32(TolerancePreset.KERNELBENCH) and admits_tf32(TolerancePreset.PAPER)
+    for source in (problems.LINEAR_RELU, problems.CONV_BIAS_RELU):
+        exact = [label for label, _ in author_problem(source, "cuda").variants]
+        loose = [label for label, _ in author_problem(source, "cuda", tf32=True).variants]
+        assert not any("tf32" in label for label in exact)
+        assert [label for label in loose if "tf32" in label] == [loose[-1]]  # one variant, tried last
 
 
 @pytest.mark.gpu

@@ -22,6 +22,7 @@ from cuda_agent.bench.optimize_bench import (
     discover_problems,
     passes,
     render,
+    run_optimize_bench,
     summarize,
 )
 from cuda_agent.contracts.common import Device
@@ -131,3 +132,28 @@ def test_bench_optimize_names_an_unknown_problem(tmp_path: Path) -> None:
     result = cli("bench", "optimize", "--problems", str(DATA), "--only", "nope", "--device", "cpu")
     assert result.returncode == 2
     assert "no problem named nope" in result.stderr and "scaled_tanh" in result.stderr
+
+
+def test_resume_keeps_earlier_rows_and_optimizes_only_the_rest(tmp_path: Path) -> None:
+    paths = discover_problems(DATA)
+    earlier = OptimizeBenchFigures(
+        policy="heuristic", device=Device.CPU, threshold=9.0, against=Against.EAGER, time_budget_s=60.0
+    )
+    earlier.rows = [row(p.stem, eager=2.0) for p in paths]
+    said: list[str] = []
+    figures = run_optimize_bench(
+        paths, policy="heuristic", device=Device.CPU, threshold=1.5, time_budget_s=60.0, earlier=earlier,
+        say=said.append,
+    )  # fmt: skip
+    # Every problem was measured earlier: nothing runs, and the gate is applied anew at this run's threshold.
+    assert said == [f"resuming: {len(paths)} problems measured earlier, 0 left"]
+    assert [r.problem for r in figures.rows] == [p.stem for p in paths] and figures.ok
+    with pytest.raises(BenchError, match="resume with the same settings"):
+        run_optimize_bench(paths, policy="heuristic", device=Device.CUDA, threshold=1.5, earlier=earlier)
+    saved = tmp_path / "figures.json"
+    saved.write_text(earlier.model_dump_json())
+    result = cli(
+        *("bench", "optimize", "--problems", str(DATA), "--device", "cpu", "--json", str(saved), "--resume"),
+        env={"CUDA_AGENT_DATA_DIR": str(tmp_path / "data")},
+    )  # the default budget differs from the earlier run's
+    assert result.returncode == 2 and "resume with the same settings" in result.stderr, result.stderr

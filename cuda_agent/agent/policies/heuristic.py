@@ -16,6 +16,7 @@ from typing import Any
 from cuda_agent.author import Search, author_sandboxed
 from cuda_agent.author.search import DEFAULT_BUDGET_S
 from cuda_agent.contracts.agent import AssistantTurn, ToolCall
+from cuda_agent.eval.tolerance import admits_tf32
 
 
 class HeuristicPolicy:
@@ -47,7 +48,7 @@ class HeuristicPolicy:
             return _turn(step, [("finish", {"summary": "the heuristic policy reads the problem from its environment; "
                                                        "run it in the rollout loop, which binds one"})])  # fmt: skip
         spec = self._env.problem_spec
-        authored = author_sandboxed(spec.source, spec.device.value)
+        authored = author_sandboxed(spec.source, spec.device.value, admits_tf32(spec.tolerance))
         if authored.unsupported:
             return _turn(step, [("finish", {"summary": f"unsupported: {authored.unsupported}"})])
         budget = self.budget_s
