@@ -392,13 +392,13 @@ class Planner:
             dst, src = node.args
             d, start, step, n = a["dim"], a["start"], a["step"], src.shape[a["dim"]]
             local = f"({coords[d]} - {start}LL)"
-            at = local if step == 1 else f"({local} / {step}LL)"
-            inside = f"{local} >= 0 && {local} <= {(n - 1) * step}LL" + (
+            j = local if step == 1 else f"({local} / {step}LL)"
+            covers = f"{local} >= 0 && {local} <= {(n - 1) * step}LL" + (
                 f" && {local} % {step}LL == 0" if step > 1 else ""
             )
-            clamped = f"({at} < 0 ? 0 : ({at} > {n - 1}LL ? {n - 1}LL : {at}))"
+            clamped = f"({j} < 0 ? 0 : ({j} > {n - 1}LL ? {n - 1}LL : {j}))"
             covered = self.value(kernel, scope, src, (*coords[:d], clamped, *coords[d + 1 :]))
-            return f"(({inside}) ? {covered} : {self.value(kernel, scope, dst, coords)})"
+            return f"(({covers}) ? {covered} : {self.value(kernel, scope, dst, coords)})"
         if op == "index":
             src, indices, first = node.args[0], node.args[1:], a["first"]
             span = len(node.shape) - (len(src.shape) - len(indices))  # the index tensors' broadcast rank
