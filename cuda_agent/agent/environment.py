@@ -6,7 +6,11 @@ candidate is verified against is the string this object holds, never the workspa
 
 from __future__ import annotations
 
+import logging
+import os
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -32,6 +36,10 @@ from cuda_agent.contracts.eval import EvalResult, ProfileRequest, ProfileResult
 from cuda_agent.settings import get_settings
 from cuda_agent.verify import LocalBackend, verify_candidate
 from cuda_agent.workdir.layout import PLATFORM_FILES
+
+log = logging.getLogger(__name__)
+# Background builds at once: each is itself parallel (a unit per core), so a few keep a host's cores busy.
+PREBUILD_WORKERS = max(1, min(4, (os.cpu_count() or 2) // 4))
 
 SYSTEM_PROMPT = (
     "You are an expert CUDA and C++ performance engineer working in a sandboxed workspace through tools. "
@@ -98,6 +106,7 @@ class KernelEnv:
         self.finish_summary = ""
         self._events: list[RewardEvent] = []
         self._compiled: dict[str, CompileResult] = {}
+        self._prebuilds: ThreadPoolExecutor | None = None
 
     # Gym-like interface -------------------------------------------------------------------------------------
 
@@ -134,8 +143,25 @@ class KernelEnv:
         return StepResult(observations=observations, messages=messages, reward_events=self._events, done=self.finished)
 
     def close(self) -> None:
+        if self._prebuilds is not None:  # queued builds are dropped; running ones finish into the cache
+            self._prebuilds.shutdown(wait=False, cancel_futures=True)
         if not self.keep_workspace:
             self.workspace.remove()
+
+    def prebuild(self, candidates: Sequence[CandidateSource]) -> list[Future[None]]:
+        """Build candidates a policy means to try later, in the background: their builds land in the compile cache,
+        so compiling one of them then is a cache hit rather than a build on the rollout's clock. Nothing is
+        recorded: a build nobody asked for is not an action of the policy's."""
+        if self._prebuilds is None:
+            self._prebuilds = ThreadPoolExecutor(PREBUILD_WORKERS, thread_name_prefix=f"prebuild-{self.id[:8]}")
+        device = self.config.device
+        return [self._prebuilds.submit(self._prebuild, CompileRequest(candidate=c, device=device)) for c in candidates]
+
+    def _prebuild(self, request: CompileRequest) -> None:
+        try:
+            self.backend.compile(request)
+        except Exception:  # costs the later compile its head start, nothing else
+            log.warning("background build of candidate %s failed", request.candidate.key, exc_info=True)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return self.tools.schemas()

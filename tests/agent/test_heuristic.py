@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cuda_agent.agent import KernelEnv, create_policy, run_rollout
+from cuda_agent.author import author_problem
 from cuda_agent.contracts.agent import RolloutConfig, TerminationReason
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import Device
 
 ELEMENTWISE = '''import torch
@@ -52,6 +54,20 @@ def test_heuristic_writes_a_correct_cpu_candidate() -> None:
     assert traj.turns[0].observations[-1].content.startswith("verify: correct"), traj.turns[0].observations[-1]
     assert traj.best is not None and traj.best.result.correct
     assert set(traj.best.candidate.files) == {"model_new.py", "kernels/author.cpp"}
+
+
+@pytest.mark.sandbox
+def test_the_variants_after_the_first_are_built_in_the_background() -> None:
+    source = ELEMENTWISE.replace("+ 2.0", "+ 2.5")  # a problem of its own: no other test's builds are cached
+    env = KernelEnv(source, config=RolloutConfig(device=Device.CPU))
+    variants = [CandidateSource(form=CandidateForm.PROJECT, files=f) for _, f in author_problem(source, "cpu").variants]
+    try:
+        for build in env.prebuild(variants[1:]):
+            build.result(timeout=600)
+        # What the policy writes and verifies next is then a cache hit, where the first variant is a build.
+        assert [env.compile(c).cache_hit for c in variants] == [False] + [True] * (len(variants) - 1)
+    finally:
+        env.close()
 
 
 @pytest.mark.gpu

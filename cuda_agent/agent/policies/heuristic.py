@@ -16,6 +16,7 @@ from typing import Any
 from cuda_agent.author import Search, author_sandboxed
 from cuda_agent.author.search import DEFAULT_BUDGET_S
 from cuda_agent.contracts.agent import AssistantTurn, ToolCall
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.eval.tolerance import admits_tf32
 
 
@@ -56,6 +57,9 @@ class HeuristicPolicy:
         if wall_clock is not None:  # leave a fifth of the rollout's limit for the last variant's verification
             budget = min(budget, 0.8 * wall_clock)
         self._search = Search(authored, budget_s=budget)
+        # The variants after the first build while the first is verified: each verify then starts from the cache.
+        later = [CandidateSource(form=CandidateForm.PROJECT, files=files) for _, files in authored.variants[1:]]
+        self._env.prebuild(later)
         return self._next(step, "Plan:\n" + authored.plan)
 
     def _next(self, step: int, note: str) -> AssistantTurn:
