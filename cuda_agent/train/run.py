@@ -60,7 +60,7 @@ from cuda_agent.train.ppo import (
     whiten,
 )
 from cuda_agent.train.rft import rejection_filter, sft_loss
-from cuda_agent.train.value import Critic, explained_variance, gae, l2_penalty, value_loss
+from cuda_agent.train.value import Critic, add_l2_gradient, explained_variance, gae, value_loss
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class Trainer:
             self.policy = self._wrap(self.policy)
             self.optimizers["policy"] = self._adamw(self.policy, config.actor_lr, config.weight_decay)
         if self.critic is not None:
-            # The critic's regularizer is the explicit L2 term in its loss (critic_l2), so no decoupled decay here.
+            # The critic's regularizer is an explicit L2 term (critic_l2, see _update), so no decoupled decay here.
             self.critic = self._wrap(self.critic)
             self.optimizers["critic"] = self._adamw(self.critic, config.critic_lr, 0.0)
         # Compiled callables for the training forwards only, over the (possibly DDP-wrapped) modules: sampling calls
@@ -295,13 +295,15 @@ class Trainer:
 
     # --- optimization -----------------------------------------------------------------------------------------
 
-    def _update(self, name: str, module: nn.Module, loss: torch.Tensor) -> float:
-        """One optimizer step on ``loss``; a non-finite loss or gradient stops the run before any weight moves."""
+    def _update(self, name: str, module: nn.Module, loss: torch.Tensor, l2: float = 0.0) -> float:
+        """One optimizer step on ``loss`` (plus ``l2`` times the sum of squared parameters, whose gradient is added
+        after backward); a non-finite loss or gradient stops the run before any weight moves."""
         if not torch.isfinite(loss):
             raise TrainingFailed(f"{name} loss is {loss.item()} at step {self.step + 1}; stopped before applying it")
         optimizer = self.optimizers[name]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
+        add_l2_gradient(module, l2)
         grad_norm = torch.nn.utils.clip_grad_norm_(module.parameters(), self.config.max_grad_norm)
         if not torch.isfinite(grad_norm):
             raise TrainingFailed(f"{name} gradient norm is {grad_norm.item()} at step {self.step + 1}")
@@ -333,11 +335,6 @@ class Trainer:
             "pass_rate": float(batch.passed.mean()),
         }, batch.tokens
 
-    def _critic_loss(self, values: torch.Tensor, returns: torch.Tensor, batch: Batch, old: torch.Tensor | None) -> Any:
-        assert self.critic is not None
-        loss = value_loss(values, returns, batch.action_mask, old, self.config.value_clip)
-        return loss, loss + self.config.critic_l2 * l2_penalty(self.critic)
-
     def _value_step(self) -> tuple[dict[str, float], int]:
         assert self.critic is not None and self._values is not None
         batch = self._fixed_batch(self.step)
@@ -345,8 +342,8 @@ class Trainer:
             values = self._values(batch)
         # TD(lambda) targets from the critic's own current values: regressed towards, never differentiated through.
         _, returns = gae(batch.rewards, values.detach(), batch.action_mask, self.config.gamma, self.config.gae_lambda)
-        fit, total = self._critic_loss(values, returns, batch, None)
-        self._update("critic", self.critic, total)
+        fit = value_loss(values, returns, batch.action_mask, None, self.config.value_clip)
+        self._update("critic", self.critic, fit, self.config.critic_l2)
         return {
             "value_loss": float(fit.detach()),
             "explained_variance": explained_variance(values.detach(), returns, batch.action_mask),
@@ -399,8 +396,8 @@ class Trainer:
                 self._update("policy", self.policy, actor_loss)
                 with _autocast(self.device, config):
                     values = self._values(mb)
-                fit, total = self._critic_loss(values, returns[rows], mb, old_values[rows])
-                self._update("critic", self.critic, total)
+                fit = value_loss(values, returns[rows], mb.action_mask, old_values[rows], config.value_clip)
+                self._update("critic", self.critic, fit, config.critic_l2)
                 step_metrics["value_loss"] = float(fit.detach())
                 for key, value in step_metrics.items():
                     sums[key] = sums.get(key, 0.0) + value

@@ -1,6 +1,6 @@
 """The training step's fast paths give the plain computation's results: token logprobs and entropies with their own
 backward, models run on right-padded batches without an attention mask, and compiled forwards (compile_model),
-whose checkpoints resume eager runs."""
+whose checkpoints resume eager runs; the critic's L2 gradient added in one fused update."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from cuda_agent.train.data import TrainingSequence, collate, token_logprobs
 from cuda_agent.train.ppo import Policy
 from cuda_agent.train.run import Distributed, RunDir, Trainer, run_stage
 from cuda_agent.train.toy import TOY_WORDS
-from cuda_agent.train.value import Critic
+from cuda_agent.train.value import Critic, add_l2_gradient
 from tests.train.conftest import MODEL_NAME
 
 STEPS = 3
@@ -154,3 +154,16 @@ def test_compiled_ppo_steps_match_eager_and_resume_eager(tiny_model: Path, tmp_p
     resumed = Trainer("ppo", ppo_config(tiny_model, None), Distributed(0, 1, 0), checkpoint, None, varied_rollout)
     assert resumed.step == 2
     assert trained_metrics(resumed.run_step()) == pytest.approx(compiled_metrics[2], rel=1e-4, abs=1e-6)
+
+
+def test_the_l2_gradient_is_the_penalty_term_s() -> None:
+    torch.manual_seed(0)
+    explicit, fused = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+    fused.load_state_dict(explicit.state_dict())
+    x = torch.randn(5, 6)
+    penalty = sum(p.pow(2).sum() for p in explicit.parameters())
+    (explicit(x).square().mean() + 0.25 * penalty).backward()
+    fused(x).square().mean().backward()
+    add_l2_gradient(fused, 0.25)
+    for a, b in zip(explicit.parameters(), fused.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad)
