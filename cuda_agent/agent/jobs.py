@@ -19,12 +19,13 @@ from cuda_agent.contracts.agent import (
     Trajectory,
     TurnRecord,
 )
+from cuda_agent.contracts.eval import EvalResult
 from cuda_agent.contracts.jobs import OptimizeResult
 from cuda_agent.db import session_scope
 from cuda_agent.db.models import Trajectory as TrajectoryRow
 from cuda_agent.db.models import Turn
 from cuda_agent.jobs.registry import JobContext
-from cuda_agent.verify import JobBackend
+from cuda_agent.verify import JobBackend, verify_candidate
 
 
 def optimize_job(request: RolloutRequest, context: JobContext) -> OptimizeResult:
@@ -35,17 +36,22 @@ def optimize_job(request: RolloutRequest, context: JobContext) -> OptimizeResult
     def progress(update: RolloutProgress) -> None:
         context.report_progress(update.model_dump(mode="json"))
 
-    trajectory = run_request(
-        rollout, backend=JobBackend(tenant=context.tenant), cancel=context.is_cancelled, progress=progress
-    )
+    backend = JobBackend(tenant=context.tenant)
+    trajectory = run_request(rollout, backend=backend, cancel=context.is_cancelled, progress=progress)
     store_trajectory(trajectory, job_id=context.job_id, tenant=context.tenant)
-    return optimize_result(trajectory)
+    confirmation = None
+    if trajectory.best is not None and not context.is_cancelled():
+        # The search kept the best of many verdicts; the kernel returned is judged once more on inputs it was
+        # never run on (every evaluation draws a secret seed), from its build in the cache.
+        _, confirmation = verify_candidate(request.problem_source, trajectory.best.candidate, request.config, backend)
+    return optimize_result(trajectory, confirmation)
 
 
-def optimize_result(trajectory: Trajectory) -> OptimizeResult:
+def optimize_result(trajectory: Trajectory, confirmation: EvalResult | None) -> OptimizeResult:
     """The job's result: the best candidate (not the last) with its verdict, and where the rest is."""
     best = trajectory.best
     return OptimizeResult(
+        confirmation=confirmation,
         trajectory_id=trajectory.id,
         termination=trajectory.termination,
         termination_detail=trajectory.termination_detail,

@@ -56,6 +56,9 @@ class OptimizeRow(BaseModel):
         "cannot express the problem finishes without one."
     )
     correct: bool = Field(description="The returned (best) candidate was verified correct.")
+    confirmed: bool | None = Field(
+        None, description="The returned candidate was correct again in the job's fresh evaluation (new seeds)."
+    )
     status: str | None = Field(None, description="Verdict status of the returned candidate; None when there is none.")
     eager_ms: float | None = None
     compile_ms: float | None = None
@@ -70,8 +73,9 @@ class OptimizeRow(BaseModel):
     passed: bool = False
 
     def speedup(self, against: Against) -> float | None:
-        """The verified speedup over ``against``; None without a verified kernel."""
-        if not self.correct:
+        """The verified speedup over ``against``; None without a verified kernel (or one its second evaluation
+        found wrong)."""
+        if not self.correct or self.confirmed is False:
             return None
         return self.speedup_vs_eager if against is Against.EAGER else self.speedup_vs_compile
 
@@ -80,6 +84,7 @@ class OptimizeSummary(BaseModel):
     problems: int
     supported_share: float
     verified_share: float = Field(description="Share of problems that returned a verified-correct kernel.")
+    confirmed: int = Field(0, description="Returned verified kernels correct again in a fresh evaluation.")
     faster_than_compile_share: float = Field(
         description=f"Share of problems whose verified kernel beats torch.compile by more than "
         f"{FASTER_THAN_COMPILE - 1:.0%}."
@@ -135,6 +140,7 @@ def summarize(rows: Sequence[OptimizeRow]) -> OptimizeSummary:
         problems=n,
         supported_share=sum(r.supported for r in rows) / n if n else 0.0,
         verified_share=sum(r.correct for r in rows) / n if n else 0.0,
+        confirmed=sum(bool(r.correct and r.confirmed) for r in rows),
         faster_than_compile_share=sum(s > FASTER_THAN_COMPILE for s in vs_compile) / n if n else 0.0,
         geomean_vs_compile=_geomean(vs_compile),
         geomean_vs_eager=_geomean(vs_eager),
@@ -156,9 +162,9 @@ def row_from_job(
     if result is not None:
         row.termination = result.termination.value if result.termination else None
         row.detail = result.termination_detail
-    verdict = result.best.result if result is not None and result.best is not None else None
-    if verdict is None:
+    if result is None or result.best is None:
         return row
+    verdict, again = result.best.result, result.confirmation
 
     def median(timing: TimingStats | None) -> float | None:
         return timing.median_ms if timing else None
@@ -173,6 +179,7 @@ def row_from_job(
             "speedup_vs_eager": verdict.speedup_vs_eager,
             "speedup_vs_compile": verdict.speedup_vs_compile,
             "reward": verdict.reward,
+            "confirmed": again.correct if again is not None else None,
         }
     )
 
@@ -274,7 +281,7 @@ def render(figures: OptimizeBenchFigures, console: Console) -> None:
     table = Table(title=f"optimize: policy {figures.policy} on {figures.device.value}")
     for column in ("problem", "supported", "correct", "eager ms", "compile ms", "ours ms", "vs eager", "vs compile"):
         table.add_column(column, justify="left" if column == "problem" else "right")
-    for column in ("reward", "variants", "wall s", "gate"):
+    for column in ("again", "reward", "variants", "wall s", "gate"):
         table.add_column(column, justify="right")
     for r in figures.rows:
         table.add_row(
@@ -286,6 +293,7 @@ def render(figures: OptimizeBenchFigures, console: Console) -> None:
             _ms(r.ours_ms),
             _x(r.speedup_vs_eager),
             _x(r.speedup_vs_compile),
+            "-" if r.confirmed is None else "yes" if r.confirmed else "no",
             f"{r.reward:g}" if r.reward is not None else "-",
             str(r.variants),
             f"{r.wall_s:.1f}",
@@ -295,9 +303,9 @@ def render(figures: OptimizeBenchFigures, console: Console) -> None:
     s = figures.summary
     console.print(
         f"summary: {s.problems} problems; supported {_share(s.supported_share)}; returned verified "
-        f"{_share(s.verified_share)}; >{FASTER_THAN_COMPILE - 1:.0%} faster than torch.compile "
-        f"{_share(s.faster_than_compile_share)}; geomean vs compile {_x(s.geomean_vs_compile)}, "
-        f"vs eager {_x(s.geomean_vs_eager)}",
+        f"{_share(s.verified_share)} (correct again on fresh seeds: {s.confirmed}); "
+        f">{FASTER_THAN_COMPILE - 1:.0%} faster than torch.compile {_share(s.faster_than_compile_share)}; "
+        f"geomean vs compile {_x(s.geomean_vs_compile)}, vs eager {_x(s.geomean_vs_eager)}",
         highlight=False,
     )
     console.print(

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cuda_agent.contracts.agent import BestCandidate, TerminationReason
 from cuda_agent.contracts.common import MAX_NAME_CHARS, JobKind, JobStatus, QueueName, RequestModel
+from cuda_agent.contracts.eval import EvalResult
 
 
 class JobView(BaseModel):
@@ -57,3 +58,8 @@ class OptimizeResult(BaseModel):
     best: BestCandidate | None
     model_new: str | None = Field(description="The best candidate's model_new.py, when there is one.")
     cancelled: bool  # the rollout stopped because the job was cancelled
+    confirmation: EvalResult | None = Field(
+        None,
+        description="The best candidate judged once more after the rollout, by a fresh evaluation (new random "
+        "seeds): the verdict of the kernel as returned, not of the search that picked it.",
+    )

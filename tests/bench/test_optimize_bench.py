@@ -45,8 +45,8 @@ def row(name: str, *, eager: float | None = None, compile_: float | None = None,
 
 
 def table_rows(text: str) -> list[str]:
-    """The problem cell of each body row of the rendered table (twelve columns)."""
-    return [line.split("│")[1].strip() for line in text.splitlines() if line.count("│") == 13]
+    """The problem cell of each body row of the rendered table (thirteen columns)."""
+    return [line.split("│")[1].strip() for line in text.splitlines() if line.count("│") == 14]
 
 
 def test_gate_needs_a_verified_kernel_at_the_threshold() -> None:
@@ -66,10 +66,12 @@ def test_summary_shares_and_geomeans() -> None:
         row("c", eager=2.0, compile_=1.05),  # exactly 5% faster is not more than 5% faster
         row("d", eager=3.0, correct=False),
         OptimizeRow(problem="e", supported=False, correct=False, wall_s=0.1),
+        row("f", eager=8.0, compile_=8.0),
     ]
+    rows[1].confirmed, rows[5].confirmed = True, False  # f was wrong in its second evaluation: its speedup is void
     s = summarize(rows)
-    assert (s.problems, s.supported_share, s.verified_share) == (5, 0.8, 0.6)
-    assert s.faster_than_compile_share == 0.2
+    assert (s.problems, s.supported_share, s.verified_share, s.confirmed) == (6, 5 / 6, 4 / 6, 1)
+    assert s.faster_than_compile_share == 1 / 6
     assert s.geomean_vs_compile == pytest.approx(math.cbrt(2.0 * 0.5 * 1.05))
     assert s.geomean_vs_eager == pytest.approx(2.0)
     assert summarize([]).geomean_vs_eager is None
@@ -122,6 +124,7 @@ def test_bench_optimize_on_cpu_fails_a_threshold_no_kernel_meets(tmp_path: Path)
     assert tanh.supported and tanh.correct and tanh.status == "correct" and tanh.variants >= 1
     assert tanh.eager_ms is not None and tanh.ours_ms is not None and tanh.speedup_vs_eager is not None
     assert tanh.reward is not None and tanh.reward >= 1
+    assert tanh.confirmed is True  # the job judged the returned kernel once more, on fresh seeds
     for r in figures.rows:
         assert not r.passed and r.wall_s > 0
         assert not r.correct or (r.supported and r.variants >= 1)
