@@ -439,7 +439,7 @@ def bench_coverage(
     from cuda_agent.bench.coverage import render, run_coverage
 
     figures = run_coverage(count, seed)
-    render(figures, threshold, console)
+    render(figures, threshold, Console(soft_wrap=True))
     if json_out is not None:
         json_out.write_text(figures.model_dump_json(indent=2))
     if figures.share < threshold:
