@@ -87,8 +87,9 @@ def _var(x: torch.Tensor, dim: Any = None, *, correction: float | None = None, k
 def _arg_extreme(extreme: Any, x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
     """argmax / argmin as reductions the author fuses: the extreme, then the smallest index holding it (torch
     returns the first of ties)."""
-    if dim is None:
-        x, dim = aten.reshape(x, [-1]), 0
+    if dim is None:  # over all elements, in row-major order
+        flat = _arg_extreme(extreme, aten.reshape(x, [-1]), 0)
+        return aten.reshape(flat, [1] * x.dim()) if keepdim else flat
     dim %= max(x.dim(), 1)
     n = x.shape[dim]
     along = [n if d == dim else 1 for d in range(x.dim())]

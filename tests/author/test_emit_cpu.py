@@ -169,7 +169,7 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     "argmax_argmin_with_ties": (
         "pass",
         "y = torch.round(x * 2)\n"
-        "        return torch.argmax(y, dim=1), torch.argmin(y, dim=-1, keepdim=True), y.argmax()",
+        "        return torch.argmax(y, dim=1), torch.argmin(y, -1, keepdim=True), y.argmax(), y.argmin(keepdim=True)",
         "[torch.randn(4, 9, 5)]",
         "x",
     ),
