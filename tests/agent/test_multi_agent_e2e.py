@@ -33,6 +33,7 @@ SCRIPT = [
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow  # the whole optimize command, about a minute
 def test_optimize_cli_with_the_multi_policy(tmp_path: Path) -> None:
     problem, out = tmp_path / "problem.py", tmp_path / "out"
     problem.write_text(PROBLEM)
