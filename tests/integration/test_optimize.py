@@ -79,5 +79,7 @@ def test_optimize_through_the_services(stack_env, spawn, pg_url, auth):
         compiles = [r.status.value for r in session.scalars(select(CompileResultRow))]
         assert "compile_error" in compiles and "ok" in compiles
         verdicts = sorted(r.status.value for r in session.scalars(select(EvalResultRow)))
-        assert verdicts == ["correct", "incorrect"]
+        # The rollout's two verdicts, then the returned kernel judged once more (the job's confirmation).
+        assert verdicts == ["correct", "correct", "incorrect"]
+        assert result["confirmation"]["correct"] is True
     engine.dispose()
