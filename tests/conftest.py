@@ -111,3 +111,9 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> 
         env={**os.environ, **(env or {})},
         cwd=ROOT,
     )
+
+
+def sleep_marker() -> str:
+    """A `sleep` duration unique to one test, which finds its processes in /proc by it, and far longer than any
+    test's time limit (a short one would end by itself and pass or fail a kill test by luck)."""
+    return f"{100 + uuid.uuid4().int % 900}.{uuid.uuid4().int % 9973}"

@@ -6,7 +6,6 @@ import os
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from cuda_agent.contracts.common import CompileStatus, Device
 from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.sandbox import SandboxLimits, SandboxSpec, run_sandboxed
 from cuda_agent.settings import get_settings
+from tests.conftest import sleep_marker
 
 pytestmark = pytest.mark.sandbox
 
@@ -268,7 +268,7 @@ def test_build_unbounded_allocation_contained(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_build_timeout_kills_process_group() -> None:
-    marker = f"{uuid.uuid4().int % 1000}.{uuid.uuid4().int % 997}1"
+    marker = sleep_marker()
     src = f"import os, time\nos.system('sleep {marker} &')\ntime.sleep(600)\n"
     t0 = time.monotonic()
     r = compile_candidate(kernelbench(src, timeout_s=2))

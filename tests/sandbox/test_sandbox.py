@@ -14,6 +14,7 @@ import pytest
 
 from cuda_agent.sandbox import SandboxLimits, SandboxSpec, run_sandboxed, sandbox_available
 from cuda_agent.settings import get_settings
+from tests.conftest import sleep_marker
 
 pytestmark = pytest.mark.sandbox
 
@@ -203,7 +204,7 @@ def test_cpu_time_limit(scratch: Path) -> None:
 
 
 def test_timeout_kills_the_whole_group(scratch: Path) -> None:
-    marker = f"{uuid.uuid4().int % 1000}.{uuid.uuid4().int % 997}7"
+    marker = sleep_marker()
     spec = SandboxSpec(
         argv=["bash", "-c", f"(setsid sleep {marker} &); sleep {marker} & sleep {marker}; echo never"],
         cwd=scratch,
@@ -219,7 +220,7 @@ def test_timeout_kills_the_whole_group(scratch: Path) -> None:
 
 
 def test_background_process_does_not_outlive_a_normal_exit(scratch: Path) -> None:
-    marker = f"{uuid.uuid4().int % 1000}.{uuid.uuid4().int % 997}3"
+    marker = sleep_marker()
     r = run_sandboxed(
         SandboxSpec(
             argv=["bash", "-c", f"nohup sleep {marker} >/dev/null 2>&1 & echo started"],
