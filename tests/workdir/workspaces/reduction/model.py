@@ -10,7 +10,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(8192, 8192)]
+    return [torch.randn(16384, 16384)]
 
 
 def get_init_inputs():
