@@ -158,7 +158,11 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     single = isinstance(result, torch.Tensor)
     if not single and not (isinstance(result, list | tuple) and all(isinstance(r, torch.Tensor) for r in result)):
         raise Unsupported(f"output of type {type(result).__name__} (a tensor or a tuple of tensors is expected)")
-    return _to_ir(gm, names, len(dict(model.named_parameters())), tensor_pos, len(inputs), single)
+    graph = _to_ir(gm, names, len(dict(model.named_parameters())), tensor_pos, len(inputs), single)
+    saved = set(model.state_dict())
+    for node in graph.params:  # a buffer left out of state_dict (non-persistent) cannot come from the reference's
+        node.attrs["persistent"] = node.attrs["qualname"] in saved
+    return graph
 
 
 def capture_problem(source: str) -> Graph:

@@ -57,24 +57,23 @@ class Authored:
     variants: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # (label, candidate files)
 
 
-def author_problem(source: str, device: str, tf32: bool = False) -> Authored:
-    """Capture, plan and emit in this process (the problem's code runs here: see ``author_sandboxed``)."""
+def author_problem(source: str, device: str, tf32: bool = False, form: str = "project") -> Authored:
+    """Capture, plan and emit in this process (the problem's code runs here: see ``author_sandboxed``); the
+    variants are candidates of ``form`` ("project" or "workdir")."""
     try:
         plan = plan_graph(capture_problem(source))
+        emitted = [(v.label(), candidate_files(plan, source, device, v, form)) for v in variants(plan, device, tf32)]
     except Unsupported as exc:
         return Authored(unsupported=str(exc))
-    return Authored(
-        plan=plan.describe(),
-        variants=[(v.label(), candidate_files(plan, source, device, v)) for v in variants(plan, device, tf32)],
-    )
+    return Authored(plan=plan.describe(), variants=emitted)
 
 
-def author_sandboxed(source: str, device: str, tf32: bool = False) -> Authored:
+def author_sandboxed(source: str, device: str, tf32: bool = False, form: str = "project") -> Authored:
     """``author_problem`` in a sandboxed child (no network, no GPU, bounded memory and time), as the environment
     describes problems: tracing runs the tenant's Model and get_inputs code."""
     from cuda_agent.sandbox.child import ChildFailed, run_python_child
 
-    stdin = json.dumps({"source": source, "device": device, "tf32": tf32}).encode()
+    stdin = json.dumps({"source": source, "device": device, "tf32": tf32, "form": form}).encode()
     try:
         answer = run_python_child("cuda_agent.author", stdin, timeout_s=AUTHOR_TIMEOUT_S)
     except ChildFailed as exc:
@@ -86,7 +85,7 @@ def author_sandboxed(source: str, device: str, tf32: bool = False) -> Authored:
 def main() -> None:
     """The child: problem source and device as JSON on stdin, ``Authored`` as JSON to argv[1]."""
     request = json.loads(sys.stdin.read())
-    authored = author_problem(request["source"], request["device"], bool(request["tf32"]))
+    authored = author_problem(request["source"], request["device"], bool(request["tf32"]), request["form"])
     Path(sys.argv[1]).write_text(json.dumps(authored.__dict__))
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from cuda_agent.contracts.candidate import CandidateSource, RuleProfile, default_rules
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource, RuleProfile, default_rules
 from cuda_agent.contracts.common import MAX_SOURCE_CHARS, Device, EvalStatus, RequestModel, TolerancePreset
 
 # A compiled artifact's content address (compile.store.check_key).
@@ -34,10 +34,11 @@ class EvalOptions(BaseModel):
         description="Rule profile; None: the candidate form's default (paper for workdir, standard otherwise). "
         "paper judges at the paper tolerance and forbids PyTorch compute.",
     )
-    load_reference_state: bool = Field(
-        False,
+    load_reference_state: bool | None = Field(
+        None,
         description="Load the reference model's state_dict into ModelNew before judging it (strict: every key "
-        "present, every shape equal), as the released CUDA Agent environment does.",
+        "present, every shape equal), as the released CUDA Agent environment does. None: the candidate form's "
+        "default (on for workdir, whose environment always loads it; off otherwise).",
     )
     timeout_s: float | None = Field(
         None, gt=0, le=MAX_EVAL_TIMEOUT_S, description="Wall-clock limit per child; None: settings.eval_timeout_s."
@@ -58,6 +59,8 @@ class EvalRequest(RequestModel, EvalOptions):
         """The rule profile in force, written back so results record it; paper sets its tolerance and forbids
         PyTorch compute (a request asking for the strict tolerance or for compute under it is refused)."""
         self.rules = self.rules or default_rules(self.candidate.form)
+        if self.load_reference_state is None:
+            self.load_reference_state = self.candidate.form is CandidateForm.WORKDIR
         if self.rules is RuleProfile.PAPER:
             if self.tolerance is TolerancePreset.STRICT:
                 raise ValueError("rules 'paper' judge at the paper tolerance (atol=rtol=1e-2), not 'strict'")

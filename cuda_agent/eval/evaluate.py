@@ -462,7 +462,7 @@ class Evaluation:
             "candidate",
             project_form=self.req.candidate.form is CandidateForm.PROJECT,
             allow_torch_compute=self.req.allow_torch_compute,
-            load_reference_state=self.req.load_reference_state,
+            load_reference_state=bool(self.req.load_reference_state),  # resolved by the request
             env=env,
         )
 

@@ -140,3 +140,18 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
     assert traj.termination is TerminationReason.FINISHED, traj.termination_detail
     assert traj.best is not None and traj.best.result.correct, traj.turns[0].observations[-1].content
     assert "kernels/author.cu" in traj.best.candidate.files
+
+
+@pytest.mark.gpu
+@pytest.mark.sandbox
+@pytest.mark.parametrize("source", [problems.LINEAR_RELU, problems.CONV_BIAS_RELU], ids=["linear_relu", "conv_relu"])
+def test_heuristic_in_the_workdir_form_is_verified_under_the_paper_rules(source: str) -> None:
+    """The released environment's layout and rules: generated binding, the reference's state loaded into a ModelNew
+    that declares it, no torch operator in Python."""
+    config = RolloutConfig(device=Device.CUDA, timing_trials=20, warmup=3, form=CandidateForm.WORKDIR)
+    traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=90.0))
+    assert traj.termination is TerminationReason.FINISHED, traj.termination_detail
+    assert traj.best is not None and traj.best.result.correct, traj.turns[0].observations[-1].content
+    assert traj.best.candidate.form is CandidateForm.WORKDIR and "kernels/author.cu" in traj.best.candidate.files
+    assert traj.best.result.fingerprint is not None
+    assert traj.best.result.fingerprint.tolerance is TolerancePreset.PAPER

@@ -16,7 +16,8 @@ from typing import Any
 from cuda_agent.author import Search, author_sandboxed
 from cuda_agent.author.search import DEFAULT_BUDGET_S
 from cuda_agent.contracts.agent import AssistantTurn, ToolCall
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource, RuleProfile, default_rules
+from cuda_agent.contracts.common import TolerancePreset
 from cuda_agent.eval.tolerance import admits_tf32
 
 
@@ -49,7 +50,13 @@ class HeuristicPolicy:
             return _turn(step, [("finish", {"summary": "the heuristic policy reads the problem from its environment; "
                                                        "run it in the rollout loop, which binds one"})])  # fmt: skip
         spec = self._env.problem_spec
-        authored = author_sandboxed(spec.source, spec.device.value, admits_tf32(spec.tolerance))
+        # The workdir form is written as such (its rules forbid the embedded reference); every other form gets
+        # the project form's files.
+        config = self._env.config
+        form = CandidateForm.WORKDIR if config.form is CandidateForm.WORKDIR else CandidateForm.PROJECT
+        paper = (config.rules or default_rules(config.form)) is RuleProfile.PAPER  # judged at the paper tolerance
+        tf32 = admits_tf32(TolerancePreset.PAPER if paper else spec.tolerance)
+        authored = author_sandboxed(spec.source, spec.device.value, tf32, form.value)
         if authored.unsupported:
             return _turn(step, [("finish", {"summary": f"unsupported: {authored.unsupported}"})])
         budget = self.budget_s
@@ -58,7 +65,7 @@ class HeuristicPolicy:
             budget = min(budget, 0.8 * wall_clock)
         self._search = Search(authored, budget_s=budget)
         # The variants after the first build while the first is verified: each verify then starts from the cache.
-        later = [CandidateSource(form=CandidateForm.PROJECT, files=files) for _, files in authored.variants[1:]]
+        later = [CandidateSource(form=form, files=files) for _, files in authored.variants[1:]]
         self._env.prebuild(later)
         return self._next(step, "Plan:\n" + authored.plan)
 
