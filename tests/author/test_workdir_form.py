@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from cuda_agent.author import author_problem
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
-from cuda_agent.eval.static_scan import paper_python
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource, RuleProfile
+from cuda_agent.eval.static_scan import paper_python, scan_candidate
 from cuda_agent.workdir.convert import GENERATED_BINDING
 from cuda_agent.workdir.weights import transfer_state
 from tests.author import problems
@@ -42,14 +42,18 @@ def cuda_extension(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("cuda_extension")
-@pytest.mark.parametrize("source", [problems.LINEAR_RELU, problems.RMSNORM, BATCHNORM], ids=["linear", "rms", "bn"])
+@pytest.mark.parametrize(
+    "source",
+    [problems.LINEAR_RELU, problems.RMSNORM, BATCHNORM, problems.CONV_ONLY],
+    ids=["linear", "rms", "bn", "conv_only"],
+)
 def test_workdir_variants_follow_the_paper_rules_and_take_the_reference_state(source: str) -> None:
     authored = author_problem(source, "cuda", tf32=True, form="workdir")
     assert not authored.unsupported and authored.variants
     for _, files in authored.variants:
-        CandidateSource(form=CandidateForm.WORKDIR, files=files)  # a valid workdir candidate
+        candidate = CandidateSource(form=CandidateForm.WORKDIR, files=files)
         assert GENERATED_BINDING in files and "kernels/author.cu" in files
-        assert paper_python(files["model_new.py"], "model_new.py") == []
+        assert scan_candidate(candidate, RuleProfile.PAPER) == []  # Python and C++, vendor calls included
     reference = _load(source, "reference")
     model = reference.Model(*reference.get_init_inputs())
     model_new = _load(authored.variants[0][1]["model_new.py"], "model_new").ModelNew(*reference.get_init_inputs())
