@@ -237,7 +237,13 @@ def _ensure_embedded_db() -> None:
 @one_line_errors
 def optimize(
     problem: Annotated[Path, typer.Argument(help="KernelBench problem file.")],
-    policy: Annotated[str, typer.Option(help="openai | multi | replay | heuristic")] = "openai",
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="openai | multi | replay | heuristic (default: openai where an LLM endpoint is configured, else "
+            "heuristic, the built-in kernel author)"
+        ),
+    ] = None,
     device: Annotated[Device, typer.Option()] = Device.CUDA,
     max_turns: Annotated[int | None, typer.Option(help="Turn limit (default from settings, at most 200).")] = None,
     tolerance: Annotated[TolerancePreset, typer.Option()] = TolerancePreset.KERNELBENCH,
@@ -258,13 +264,14 @@ def optimize(
     from rich.live import Live
 
     from cuda_agent.agent.jobs import load_trajectory
-    from cuda_agent.agent.policies import names_an_endpoint
+    from cuda_agent.agent.policies import default_policy, names_an_endpoint
     from cuda_agent.contracts.agent import RolloutConfig, RolloutRequest
     from cuda_agent.contracts.common import JobStatus
     from cuda_agent.jobs import create_job, dispatch, get_job
 
     if not problem.is_file():
         raise ConfigError(f"{problem}: no such problem file")
+    policy = policy or default_policy()
     options = dict(item.split("=", 1) for item in policy_option or [] if "=" in item)
     if policy_option and len(options) != len(policy_option):
         raise ConfigError("--policy-option takes KEY=VALUE")

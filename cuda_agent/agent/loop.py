@@ -17,7 +17,7 @@ from typing import Any
 from cuda_agent.agent.backend import ToolBackend
 from cuda_agent.agent.context import fit_context
 from cuda_agent.agent.environment import KernelEnv
-from cuda_agent.agent.policies import Policy, PolicyError, create_policy
+from cuda_agent.agent.policies import Policy, PolicyError, create_policy, with_policy
 from cuda_agent.contracts.agent import (
     AssistantTurn,
     RolloutProgress,
@@ -195,6 +195,8 @@ def run_request(
     progress: Callable[[RolloutProgress], None] | None = None,
 ) -> Trajectory:
     """A rollout from a job document: the named policy on a fresh environment; the entry point of optimize jobs."""
+    request = with_policy(request)
+    assert request.policy is not None  # named by with_policy
     policy = create_policy(request.policy, **request.policy_options)
     env = KernelEnv(request.problem_source, config=request.config, backend=backend)
     return run_rollout(env, policy, cancel=cancel, progress=progress, problem_id=request.problem_id)

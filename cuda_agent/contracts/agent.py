@@ -235,7 +235,12 @@ class RolloutRequest(RequestModel):
         description="KernelBench problem file: Model, get_inputs, get_init_inputs.", max_length=MAX_SOURCE_CHARS
     )
     problem_id: str | None = Field(None, max_length=MAX_NAME_CHARS)
-    policy: str = Field("openai", max_length=64, description="Registered policy name.")
+    policy: str | None = Field(
+        None,
+        max_length=64,
+        description="Registered policy name. None: `openai` where an LLM endpoint with a model is configured, else "
+        "`heuristic` (the built-in kernel author, no LLM).",
+    )
     policy_options: dict[str, Any] = Field(
         default_factory=dict,
         description="Options of the policy (`openai`: endpoint, model, sampling; `multi`: the same plus "

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, BackgroundTasks, HTTPException, status
 from fastapi.responses import PlainTextResponse
+from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 from cuda_agent.agent.jobs import load_trajectory
-from cuda_agent.agent.policies import names_an_endpoint
+from cuda_agent.agent.policies import names_an_endpoint, with_policy
 from cuda_agent.agent.policies.openai_policy import resolve_endpoint
 from cuda_agent.api import create_app
 from cuda_agent.api.auth import TenantDep
@@ -33,6 +34,11 @@ def optimize(
     idempotency_key: IdempotencyKeyDep = None,
 ) -> JSONResponse:
     """Start an agent rollout on a problem; poll GET /v1/jobs/{id} or stream /v1/jobs/{id}/events."""
+    try:
+        body = with_policy(body)  # the stored job names the policy it runs
+    except ValidationError as exc:
+        raise HTTPException(422, f"policy_options: {exc.errors()[0]['msg']}") from None
+    assert body.policy is not None  # named by with_policy
     if names_an_endpoint(body.policy):  # refused now, not after the job waited in the queue
         try:
             resolve_endpoint(body.policy_options.get("endpoint", "default"), body.policy_options.get("model"))

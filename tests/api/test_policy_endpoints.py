@@ -111,3 +111,39 @@ def test_a_command_line_url_serves_only_jobs_in_this_process(
     get_settings.cache_clear()
     with pytest.raises(ConfigError, match="configure it there"):
         use_local_endpoint(local.url, model="m")
+
+
+@pytest.mark.integration
+def test_a_request_naming_no_policy_gets_the_kernel_author_where_no_endpoint_has_a_model(
+    tenants: Tenants, clients: Clients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optimizing works out of the box: with no LLM model configured, the stored job names `heuristic`; and
+    options are checked against the policy it resolves to."""
+    from cuda_agent.db.models import Job
+    from cuda_agent.db.session import session_scope
+
+    monkeypatch.delenv("CUDA_AGENT_OPENAI_MODEL", raising=False)
+    monkeypatch.delenv("CUDA_AGENT_LLM_ENDPOINTS", raising=False)
+    get_settings.cache_clear()
+    header = Tenants.header(tenants.a)
+    body = {"problem_source": PROBLEM, "config": {"device": "cpu"}}
+    response = clients["agent"].post("/v1/optimize", json=body, headers=header)
+    assert response.status_code == 202, response.text
+    with session_scope() as session:
+        assert session.get(Job, response.json()["id"]).request["policy"] == "heuristic"
+    tuned = body | {"policy_options": {"temperature": 0.5}}
+    refused = clients["agent"].post("/v1/optimize", json=tuned, headers=header)
+    assert refused.status_code == 422 and "the heuristic policy takes" in refused.text, refused.text
+
+
+def test_the_default_policy_is_the_llm_where_an_endpoint_has_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cuda_agent.agent.policies import default_policy, with_policy
+
+    monkeypatch.delenv("CUDA_AGENT_OPENAI_MODEL", raising=False)
+    get_settings.cache_clear()
+    assert default_policy() == "heuristic"
+    monkeypatch.setenv("CUDA_AGENT_OPENAI_MODEL", "m0")
+    get_settings.cache_clear()
+    assert default_policy() == "openai"
+    assert with_policy(RolloutRequest(problem_source=PROBLEM)).policy == "openai"
+    assert with_policy(RolloutRequest(problem_source=PROBLEM, policy="replay")).policy == "replay"

@@ -15,13 +15,33 @@ from cuda_agent.agent.policies.base import (
     register_policy,
 )
 from cuda_agent.agent.policies.heuristic import HeuristicPolicy
-from cuda_agent.agent.policies.openai_policy import OpenAIPolicy
+from cuda_agent.agent.policies.openai_policy import OpenAIPolicy, resolve_endpoint
 from cuda_agent.agent.policies.replay import ReplayPolicy
+from cuda_agent.contracts.agent import RolloutRequest
+from cuda_agent.settings import ConfigError
 
 register_policy("openai", OpenAIPolicy)
 register_policy("multi", create_multi_agent_policy)
 register_policy("replay", ReplayPolicy)
 register_policy("heuristic", HeuristicPolicy)
+
+
+def default_policy() -> str:
+    """The policy of a request that names none: the LLM policy where the default endpoint has a model, else the
+    built-in kernel author, so that optimizing works out of the box on a machine with no endpoint."""
+    try:
+        resolve_endpoint("default")
+    except ConfigError:
+        return "heuristic"
+    return "openai"
+
+
+def with_policy(request: RolloutRequest) -> RolloutRequest:
+    """``request`` naming its policy (``default_policy`` when it names none), its options checked against it."""
+    if request.policy is not None:
+        return request
+    return RolloutRequest.model_validate({**request.model_dump(), "policy": default_policy()})
+
 
 __all__ = [
     "HeuristicPolicy",
@@ -30,7 +50,9 @@ __all__ = [
     "PolicyError",
     "ReplayPolicy",
     "create_policy",
+    "default_policy",
     "names_an_endpoint",
     "policy_names",
     "register_policy",
+    "with_policy",
 ]
