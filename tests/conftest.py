@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -117,3 +118,22 @@ def sleep_marker() -> str:
     """A `sleep` duration unique to one test, which finds its processes in /proc by it, and far longer than any
     test's time limit (a short one would end by itself and pass or fail a kill test by luck)."""
     return f"{100 + uuid.uuid4().int % 900}.{uuid.uuid4().int % 9973}"
+
+
+@pytest.fixture(scope="session")
+def workdir_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One data dir for the session's workdir-form builds: the precompiled torch header (about a minute of CPU)
+    is built once."""
+    path = tmp_path_factory.mktemp("workdir_data")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_cache(isolated_settings: None, workdir_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test uses the session's data dir (build cache and artifacts) instead of its own."""
+    from cuda_agent.settings import get_settings
+
+    monkeypatch.setenv("CUDA_AGENT_DATA_DIR", str(workdir_data_dir))
+    get_settings.cache_clear()
+    return workdir_data_dir

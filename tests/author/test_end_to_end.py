@@ -144,6 +144,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.sandbox
+@pytest.mark.usefixtures("shared_cache")
 @pytest.mark.parametrize("source", [problems.LINEAR_RELU, problems.CONV_BIAS_RELU], ids=["linear_relu", "conv_relu"])
 def test_heuristic_in_the_workdir_form_is_verified_under_the_paper_rules(source: str) -> None:
     """The released environment's layout and rules: generated binding, the reference's state loaded into a ModelNew

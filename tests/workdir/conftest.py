@@ -1,5 +1,5 @@
 """Fixtures of the workdir-form tests: the workspaces written for them (workspaces/<name>/: model.py, model_new.py,
-kernels/), and one build cache for the whole session.
+kernels/), and one build of each workspace per session (the build cache is tests/conftest.py's `shared_cache`).
 
 A workdir build compiles against torch's headers: the precompiled header alone takes about a minute of CPU, and
 each workspace's objects tens of seconds. The tests of this folder share one data dir (so one header, and each
@@ -7,8 +7,7 @@ object once) and one build of each workspace."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,23 +25,6 @@ def workspace(name: str) -> CandidateSource:
 
 def problem(name: str) -> str:
     return (WORKSPACES / name / "model.py").read_text()
-
-
-@pytest.fixture(scope="session")
-def workdir_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("workdir_data")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def shared_cache(isolated_settings: None, workdir_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test uses the session's data dir (build cache and artifacts) instead of its own."""
-    from cuda_agent.settings import get_settings
-
-    monkeypatch.setenv("CUDA_AGENT_DATA_DIR", str(workdir_data_dir))
-    get_settings.cache_clear()
-    return workdir_data_dir
 
 
 @pytest.fixture(scope="session")
