@@ -14,7 +14,7 @@
 set -u
 part=${1:-all}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
+export CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1 REPORT_FAILURES_AT_ONCE=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD
@@ -56,7 +56,7 @@ if [ -z "${SKIP_HACKS:-}" ]; then
     tests/eval/test_hacks.py "$@" 2>&1 | tee "$OUT/gpu-hacks.log"
   status=${PIPESTATUS[0]}
 fi
-timeout "${GPU_TEST_TIMEOUT:-300}" python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=10 \
+timeout "${GPU_TEST_TIMEOUT:-300}" python3 -m pytest -m gpu -p no:cacheprovider -v -rA --durations=10 \
   --junitxml="$OUT/gpu-tests.xml" --ignore=tests/deploy --ignore=tests/eval/test_hacks.py "$@" ${GPU_TESTS:-tests} 2>&1 \
   | tee "$OUT/gpu-tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1

@@ -22,6 +22,14 @@ for _var in ("DATABASE_URL", "REDIS_URL", "CUDA_AGENT_DATABASE_URL", "CUDA_AGENT
 os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With REPORT_FAILURES_AT_ONCE set (the GPU host's runs), each failure is printed as it happens: a run killed
+    at the device's time limit still shows what failed and why, which pytest prints only at the end."""
+    if report.failed and os.environ.get("REPORT_FAILURES_AT_ONCE"):
+        sys.stderr.write(f"\nFAILED {report.nodeid} ({report.when}):\n{report.longreprtext[-6000:]}\n")
+        sys.stderr.flush()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     try:
         import torch

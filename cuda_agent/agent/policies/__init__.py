@@ -37,10 +37,12 @@ def default_policy() -> str:
 
 
 def with_policy(request: RolloutRequest) -> RolloutRequest:
-    """``request`` naming its policy (``default_policy`` when it names none), its options checked against it."""
+    """``request`` naming its policy, its options checked against it. One that names none gets the LLM policy
+    when its options name an endpoint, else ``default_policy``."""
     if request.policy is not None:
         return request
-    return RolloutRequest.model_validate({**request.model_dump(), "policy": default_policy()})
+    name = "openai" if "endpoint" in request.policy_options else default_policy()
+    return RolloutRequest.model_validate({**request.model_dump(), "policy": name})
 
 
 __all__ = [
