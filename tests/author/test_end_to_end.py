@@ -43,6 +43,13 @@ def test_unsupported_problem_ends_with_the_op_and_no_candidate() -> None:
     assert traj.termination_detail == "unsupported: aten.sort"
 
 
+def test_the_kernelbench_form_is_declined_with_the_forms_it_writes() -> None:
+    config = CPU.model_copy(update={"form": CandidateForm.KERNELBENCH})
+    traj = run_rollout(KernelEnv(problems.SOFTMAX, config=config), create_policy("heuristic"))
+    assert traj.termination is TerminationReason.FINISHED and traj.best is None and len(traj.turns) == 1
+    assert "not the kernelbench form" in traj.termination_detail and "project" in traj.termination_detail
+
+
 @pytest.mark.sandbox
 @pytest.mark.parametrize("source", [problems.SOFTMAX, problems.LINEAR_RELU, problems.GELU_RESIDUAL])
 def test_generated_cuda_compiles_with_nvcc(source: str) -> None:

@@ -20,6 +20,13 @@ from cuda_agent.contracts.candidate import CandidateForm, CandidateSource, RuleP
 from cuda_agent.contracts.common import TolerancePreset
 from cuda_agent.eval.tolerance import admits_tf32
 
+# Its kernels are .cu files with extern "C" launchers, which the kernelbench form (sources inline in model_new.py)
+# has no place for.
+_NO_KERNELBENCH_FORM = (
+    "the kernel author writes the project and workdir forms (kernels in kernels/*.cu), not the kernelbench form: "
+    "run it with form project (the default) or workdir"
+)
+
 
 class HeuristicPolicy:
     name = "heuristic"
@@ -49,11 +56,11 @@ class HeuristicPolicy:
         if self._env is None:
             return _turn(step, [("finish", {"summary": "the heuristic policy reads the problem from its environment; "
                                                        "run it in the rollout loop, which binds one"})])  # fmt: skip
-        spec = self._env.problem_spec
-        # The workdir form is written as such (its rules forbid the embedded reference); every other form gets
-        # the project form's files.
         config = self._env.config
-        form = CandidateForm.WORKDIR if config.form is CandidateForm.WORKDIR else CandidateForm.PROJECT
+        if config.form is CandidateForm.KERNELBENCH:
+            return _turn(step, [("finish", {"summary": _NO_KERNELBENCH_FORM})])
+        spec = self._env.problem_spec
+        form = config.form  # project or workdir (whose rules forbid the embedded reference: written as such)
         paper = (config.rules or default_rules(config.form)) is RuleProfile.PAPER  # judged at the paper tolerance
         tf32 = admits_tf32(TolerancePreset.PAPER if paper else spec.tolerance)
         authored = author_sandboxed(spec.source, spec.device.value, tf32, form.value)
