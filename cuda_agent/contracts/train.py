@@ -57,6 +57,12 @@ class TrainConfig(BaseModel):
         description="Stored trajectories for RFT and value pretraining (ignored by PPO, which samples rollouts).",
     )
     tenant: str | None = Field(None, max_length=MAX_NAME_CHARS, description="Only this tenant's trajectories.")
+    retokenize: bool = Field(
+        False,
+        description="RFT and value pretraining: also train on trajectories another policy sampled (the built-in "
+        "kernel author's, another model's), their conversations rendered with this model's chat template and "
+        "tokenizer; otherwise a trajectory of another model is refused.",
+    )
     rollout: str = Field(
         "speedup_toy",
         max_length=MAX_NAME_CHARS,

@@ -116,20 +116,71 @@ def to_training_sequence(
     )
 
 
-def load_trajectories(trajectory_ids: Sequence[str], tenant: str | None) -> list[tuple[Trajectory, TokenSequence]]:
-    """Trajectories and their stored token sequences (with the masks agent_svc stored) from the database."""
+def load_trajectories(
+    trajectory_ids: Sequence[str], tenant: str | None, *, need_tokens: bool = True
+) -> list[tuple[Trajectory, TokenSequence | None]]:
+    """Trajectories and their stored token sequences (with the masks agent_svc stored) from the database; with
+    ``need_tokens`` off, a trajectory stored without one (another policy's, to retokenize) comes with None."""
     from cuda_agent.agent.jobs import load_token_sequence, load_trajectory
 
-    out = []
+    out: list[tuple[Trajectory, TokenSequence | None]] = []
     for trajectory_id in trajectory_ids:
         trajectory = load_trajectory(trajectory_id, tenant)
         sequence = load_token_sequence(trajectory_id, tenant)
         if trajectory is None:
             raise TrainDataError(f"trajectory {trajectory_id} does not exist (or is another tenant's)")
-        if sequence is None:
+        if sequence is None and need_tokens:
             raise TrainDataError(f"trajectory {trajectory_id} was stored without a token sequence")
         out.append((trajectory, sequence))
     return out
+
+
+def retokenize(trajectory: Trajectory, tokenizer: Any, tools: list[dict[str, Any]], model_name: str) -> Trajectory:
+    """Another policy's trajectory (the built-in kernel author's, another model's) in this model's tokens, as if it
+    had written the replies: each turn's prompt is the conversation so far rendered by the tokenizer's chat template
+    (with the agent's tools), its completion what the template adds for the reply, then end-of-sequence. Text is
+    tokenized segment by segment, so each prompt extends the previous prompt and completion token for token. The
+    logprobs are not this model's (None): for supervised fine-tuning and value targets, not for PPO's ratios."""
+    from cuda_agent.train.serve import FALLBACK_CHAT_TEMPLATE
+
+    template = tokenizer.chat_template or FALLBACK_CHAT_TEMPLATE
+
+    def render(messages: list[dict[str, Any]], prompt: bool) -> str:
+        return str(
+            tokenizer.apply_chat_template(
+                messages, tools=tools, chat_template=template, add_generation_prompt=prompt, tokenize=False
+            )
+        )
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def extension(longer: str, shorter: str, what: str) -> str:
+        if not longer.startswith(shorter):
+            raise TrainDataError(
+                f"trajectory {trajectory.id}: the chat template does not render {what} as an extension of what "
+                "came before, so no single token sequence holds the conversation"
+            )
+        return longer[len(shorter) :]
+
+    conversation = trajectory.messages()
+    start = len(trajectory.prompt)  # where the turn's reply is in the conversation
+    seen_text, seen_ids = "", list[int]()
+    turns = []
+    for turn in trajectory.turns:
+        prompt_text = render(conversation[:start], prompt=True)
+        prompt_ids = seen_ids + encode(extension(prompt_text, seen_text, f"turn {turn.index}'s prompt"))
+        full_text = render(conversation[: start + 1], prompt=False)
+        completion = encode(extension(full_text, prompt_text, f"turn {turn.index}'s reply"))
+        if tokenizer.eos_token_id is not None and completion[-1:] != [tokenizer.eos_token_id]:
+            completion.append(tokenizer.eos_token_id)  # where the policy learns to stop
+        assistant = turn.assistant.model_copy(
+            update={"prompt_token_ids": prompt_ids, "token_ids": completion, "logprobs": None}
+        )
+        turns.append(turn.model_copy(update={"assistant": assistant}))
+        seen_text, seen_ids = full_text, prompt_ids + completion
+        start += 1 + len(turn.observations)
+    return trajectory.model_copy(update={"turns": turns, "model": model_name})
 
 
 @dataclass

@@ -46,6 +46,7 @@ from cuda_agent.train.data import (
     collate,
     load_trajectories,
     masked_mean,
+    retokenize,
     to_training_sequence,
     token_logprobs,
 )
@@ -255,6 +256,12 @@ class Trainer:
 
     def _sequences(self, pairs: Sequence[tuple[Trajectory, TokenSequence | None]]) -> list[TrainingSequence]:
         model_name = self.config.model_name
+        if self.config.retokenize:  # another policy's trajectories in this model's tokens
+            from cuda_agent.agent.tools import default_tools
+
+            tools = default_tools().schemas()
+            pairs = [(t, s) if t.model == model_name else (retokenize(t, self.tokenizer, tools, model_name), None)
+                     for t, s in pairs]  # fmt: skip
         sequences = [to_training_sequence(t, s, model_name, self.vocab_size) for t, s in pairs]
         kept = [s for s in sequences if len(s) <= self.config.max_seq_tokens]
         if len(kept) < len(sequences):
@@ -266,7 +273,9 @@ class Trainer:
         pairs: list[tuple[Trajectory, TokenSequence | None]] = (
             [(t, None) for t in trajectories]
             if trajectories is not None
-            else list(load_trajectories(self.config.trajectory_ids, self.config.tenant))
+            else load_trajectories(
+                self.config.trajectory_ids, self.config.tenant, need_tokens=not self.config.retokenize
+            )
         )
         if not pairs:
             raise TrainDataError("no trajectories to train on (the trajectory set is empty)")
