@@ -98,12 +98,19 @@ def test_replies_are_the_trained_tokens_and_tool_output_is_context(model: Path) 
     assert original.turns[0].assistant.token_ids is None  # the stored trajectory is left as it was
 
 
-def test_rft_trains_on_the_kernel_authors_trajectories_only_when_asked(model: Path, tmp_path: Path) -> None:
+def test_rft_trains_on_the_kernel_authors_trajectories_only_when_asked(
+    model: Path, tmp_path: Path, embedded_db: None
+) -> None:
+    """From the store, as a run launched by trainer_svc reads them: the author's trajectory has no token sequence."""
+    from cuda_agent.agent.jobs import store_trajectory
+
+    store_trajectory(author_trajectory())
     values = {"model": str(model), "model_name": MODEL, "steps": 3, "batch_size": 1, "actor_lr": 1e-3}
-    refused = run_stage("rft", TrainConfig(**values), tmp_path / "as-is", trajectories=[author_trajectory()])
+    values |= {"trajectory_ids": ["t-author"]}
+    refused = run_stage("rft", TrainConfig(**values), tmp_path / "as-is")
+    assert refused.state is RunState.FAILED and "without a token sequence" in refused.message, refused.message
+    refused = run_stage("rft", TrainConfig(**values), tmp_path / "in-memory", trajectories=[author_trajectory()])
     assert refused.state is RunState.FAILED and "sampled from model None" in refused.message, refused.message
-    done = run_stage(
-        "rft", TrainConfig(**values, retokenize=True), tmp_path / "retok", trajectories=[author_trajectory()]
-    )
+    done = run_stage("rft", TrainConfig(**values, retokenize=True), tmp_path / "retok")
     assert done.state is RunState.FINISHED, done.message
     assert (tmp_path / "retok/checkpoints/step-000003/policy").is_dir()
