@@ -313,6 +313,7 @@ def paper_python(source: str, path: str) -> list[Finding]:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == "__init__":
             skip |= {id(n) for n in ast.walk(node)}
+    kernels = _kernel_modules(tree)
     findings: list[Finding] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or id(node) in skip:
@@ -325,10 +326,32 @@ def paper_python(source: str, path: str) -> list[Finding]:
             full.startswith("torch.") and full.count(".") == 1 and name[:1].islower() and name not in TORCH_ALLOCATION
         )
         if not is_operator and isinstance(node.func, ast.Attribute) and root not in aliases:
-            is_operator = name in TORCH_COMPUTE_METHODS
+            # A launcher may share a tensor method's name (a kernel called silu): on the kernels' module it is ours.
+            is_operator = name in TORCH_COMPUTE_METHODS and dotted.rpartition(".")[0] not in kernels
         if is_operator:
             findings.append(_paper(RULE_TORCH_OPERATOR, path, node.lineno, f"calls {full or '.' + name}()"))
     return findings
+
+
+def _kernel_modules(tree: ast.AST) -> set[str]:
+    """Names that only ever hold the candidate's kernels: ``import cuda_extension`` (the workdir form's module) and
+    targets assigned ``load_kernels(...)`` (the project form's), e.g. ``_k`` or ``self._kernels``; a name also
+    assigned anything else is not one."""
+    sources: dict[str, set[bool]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                sources.setdefault(a.asname or a.name, set()).add(a.name == "cuda_extension")
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                sources.setdefault(a.asname or a.name, set()).add(False)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            loaded = isinstance(value, ast.Call) and (_dotted(value.func) or "").rpartition(".")[2] == "load_kernels"
+            for target in targets:
+                sources.setdefault(_dotted(target) or "", set()).add(loaded and not isinstance(node, ast.AugAssign))
+    return {name for name, kinds in sources.items() if name and kinds == {True}}
 
 
 _CPP_TORCH_CALL = re.compile(r"\b(?P<ns>torch|at)::(?P<path>(?:\w+::)*)(?P<name>\w+)\s*(?:<[^<>;()]*>)?\s*\(")

@@ -22,7 +22,7 @@ from cuda_agent.contracts.candidate import (
 )
 from cuda_agent.contracts.common import TolerancePreset
 from cuda_agent.contracts.eval import EvalRequest
-from cuda_agent.eval.static_scan import scan_candidate
+from cuda_agent.eval.static_scan import paper_python, scan_candidate
 from cuda_agent.workdir.convert import (
     GENERATED_BINDING,
     ConversionError,
@@ -133,6 +133,27 @@ def test_a_torch_operator_in_python_is_refused_naming_the_rule() -> None:
     assert any("calls .clamp()" in m for m in found)
     # Building modules in __init__ is allocation (their weights are the reference's after transfer).
     assert scan_candidate(workspace("conv_cudnn"), RuleProfile.PAPER) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "flagged"),
+    [
+        ("import cuda_extension\ndef f(x):\n    return cuda_extension.relu(x)", False),
+        ("import cuda_extension as ext\ndef f(x):\n    return ext.softmax(x)", False),
+        ("_k = load_kernels()\ndef f(x):\n    return _k.silu(x)", False),
+        (
+            "class M:\n    def __init__(self):\n        self.k = load_kernels()\n"
+            "    def f(self, x):\n        return self.k.sum(x)",
+            False,
+        ),
+        # Another value bound to the same name: its methods may be torch's.
+        ("import torch\n_k = load_kernels()\n_k = torch\ndef f(x):\n    return _k.relu(x)", True),
+        ("import cuda_extension\ndef f(x):\n    return x.relu()", True),
+    ],
+)
+def test_a_launcher_named_like_a_tensor_method_is_a_kernel_call(source: str, flagged: bool) -> None:
+    """Found on the H200: a project-form launcher called `silu` (`_k.silu(x, y, n)`) was taken for Tensor.silu."""
+    assert bool(paper_python(source, "model_new.py")) is flagged
 
 
 def test_vendor_libraries_only_for_gemm_and_convolution() -> None:
