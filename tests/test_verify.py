@@ -64,7 +64,9 @@ def test_a_rollout_config_judges_with_its_evaluation_options_only() -> None:
     request = eval_request(PROBLEM, project(KERNEL), None, config)
     assert type(request) is EvalRequest
     assert request.tolerance is TolerancePreset.STRICT and request.timing_trials == 7
-    # Unset rules resolve by the candidate's form (the project form: standard); every other option is the config's.
-    options = set(EvalOptions.model_fields) - {"rules"}
+    # Unset rules and weight transfer resolve by the candidate's form (the project form: standard, no transfer);
+    # every other option is the config's.
+    options = set(EvalOptions.model_fields) - {"rules", "load_reference_state"}
     assert request.model_dump(include=options) == config.model_dump(include=options)
     assert config.rules is None and request.rules is RuleProfile.STANDARD
+    assert config.load_reference_state is None and request.load_reference_state is False
