@@ -619,11 +619,19 @@ def _build_workdir(
         targets = [target for target, _ in included(texts[unit])]
         return any(t.split("/")[0] in TORCH_HEADER_ROOTS or t in REGISTRY_INCLUDES for t in targets)
 
+    # Units against torch are bindings: they unpack tensors and call the launchers, and at -O3 pybind11's templates
+    # cost a third more to compile than at -O1 (the precompiled header, built at -O3, still applies: g++ checks
+    # __OPTIMIZE__, which both define). A candidate's own -O flag is kept.
+    binding_flags = gxx_flags if any(f.startswith("-O") for f in extra) else [
+        "-O1" if f == "-O3" else f for f in gxx_flags
+    ]  # fmt: skip
+
     def argv_of(unit: str, obj: str) -> list[str]:
         if unit.endswith(".cu"):
             return _nvcc_argv(unit, obj, arch, nvcc_flags, wflags.CXX_STANDARD)
-        with_pch = ["-include", str(pch), "-Winvalid-pch"] if uses_torch(unit) else []
-        return ["g++", "-c", *gxx_flags, *with_pch, "-o", obj, unit]
+        if uses_torch(unit):
+            return ["g++", "-c", *binding_flags, "-include", str(pch), "-Winvalid-pch", "-o", obj, unit]
+        return ["g++", "-c", *gxx_flags, "-o", obj, unit]
 
     obj_keys = {
         unit: _digest(
