@@ -264,17 +264,17 @@ def optimize(
     from rich.live import Live
 
     from cuda_agent.agent.jobs import load_trajectory
-    from cuda_agent.agent.policies import default_policy, names_an_endpoint
+    from cuda_agent.agent.policies import names_an_endpoint, policy_for
     from cuda_agent.contracts.agent import RolloutConfig, RolloutRequest
     from cuda_agent.contracts.common import JobStatus
     from cuda_agent.jobs import create_job, dispatch, get_job
 
     if not problem.is_file():
         raise ConfigError(f"{problem}: no such problem file")
-    policy = policy or default_policy()
     options = dict(item.split("=", 1) for item in policy_option or [] if "=" in item)
     if policy_option and len(options) != len(policy_option):
         raise ConfigError("--policy-option takes KEY=VALUE")
+    policy = policy_for(policy, options)
     policy_options: dict[str, Any] = dict(options)
     if policy == "replay" and "trajectory" in options:  # a path to a trajectory JSONL file: replay its first line
         lines = Path(options["trajectory"]).read_text().splitlines()

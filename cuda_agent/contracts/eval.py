@@ -44,6 +44,11 @@ class EvalOptions(BaseModel):
         None, gt=0, le=MAX_EVAL_TIMEOUT_S, description="Wall-clock limit per child; None: settings.eval_timeout_s."
     )
 
+    def judged_tolerance(self, form: CandidateForm) -> TolerancePreset:
+        """The tolerance a candidate of ``form`` is judged at under these options: the paper rules (the workdir
+        form's default) fix it at paper, as EvalRequest resolves it."""
+        return TolerancePreset.PAPER if (self.rules or default_rules(form)) is RuleProfile.PAPER else self.tolerance
+
 
 class EvalRequest(RequestModel, EvalOptions):
     problem_source: str = Field(

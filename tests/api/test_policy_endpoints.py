@@ -128,11 +128,13 @@ def test_a_request_naming_no_policy_is_checked_as_the_kernel_authors_where_no_en
 
 
 def test_the_default_policy_is_the_llm_where_an_endpoint_has_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cuda_agent.agent.policies import default_policy, with_policy
+    from cuda_agent.agent.policies import default_policy, policy_for, with_policy
 
     monkeypatch.delenv("CUDA_AGENT_OPENAI_MODEL", raising=False)
     get_settings.cache_clear()
     assert default_policy() == "heuristic"
+    # A command line's URL or a request's endpoint asks for the LLM policy, configured default or not.
+    assert policy_for(None, {"base_url": "http://127.0.0.1:8100/v1"}) == policy_for(None, {"endpoint": "t"}) == "openai"
     monkeypatch.setenv("CUDA_AGENT_OPENAI_MODEL", "m0")
     get_settings.cache_clear()
     assert default_policy() == "openai"

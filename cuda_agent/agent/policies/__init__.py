@@ -5,6 +5,9 @@ author, cuda_agent.author: captures the problem's graph, plans fused kernels, em
 Other non-LLM kernel authors plug in by implementing ``Policy`` and calling ``register_policy``.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from cuda_agent.agent.multi_agent import create_multi_agent_policy
 from cuda_agent.agent.policies.base import (
     Policy,
@@ -36,12 +39,19 @@ def default_policy() -> str:
     return "openai"
 
 
+def policy_for(name: str | None, options: Mapping[str, Any]) -> str:
+    """The policy a request or command runs: the one it names; else the LLM policy when its options name an
+    endpoint (or, on the command line, a URL), else ``default_policy``."""
+    if name is not None:
+        return name
+    return "openai" if "endpoint" in options or "base_url" in options else default_policy()
+
+
 def with_policy(request: RolloutRequest) -> RolloutRequest:
-    """``request`` naming its policy, its options checked against it. One that names none gets the LLM policy
-    when its options name an endpoint, else ``default_policy``."""
+    """``request`` naming its policy (``policy_for``), its options checked against it."""
     if request.policy is not None:
         return request
-    name = "openai" if "endpoint" in request.policy_options else default_policy()
+    name = policy_for(None, request.policy_options)
     return RolloutRequest.model_validate({**request.model_dump(), "policy": name})
 
 
@@ -54,6 +64,7 @@ __all__ = [
     "create_policy",
     "default_policy",
     "names_an_endpoint",
+    "policy_for",
     "policy_names",
     "register_policy",
     "with_policy",

@@ -16,8 +16,7 @@ from typing import Any
 from cuda_agent.author import Search, author_sandboxed
 from cuda_agent.author.search import DEFAULT_BUDGET_S
 from cuda_agent.contracts.agent import AssistantTurn, ToolCall
-from cuda_agent.contracts.candidate import CandidateForm, CandidateSource, RuleProfile, default_rules
-from cuda_agent.contracts.common import TolerancePreset
+from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.eval.tolerance import admits_tf32
 
 # Its kernels are .cu files with extern "C" launchers, which the kernelbench form (sources inline in model_new.py)
@@ -61,8 +60,7 @@ class HeuristicPolicy:
             return _turn(step, [("finish", {"summary": _NO_KERNELBENCH_FORM})])
         spec = self._env.problem_spec
         form = config.form  # project or workdir (whose rules forbid the embedded reference: written as such)
-        paper = (config.rules or default_rules(config.form)) is RuleProfile.PAPER  # judged at the paper tolerance
-        tf32 = admits_tf32(TolerancePreset.PAPER if paper else spec.tolerance)
+        tf32 = admits_tf32(config.judged_tolerance(form))
         authored = author_sandboxed(spec.source, spec.device.value, tf32, form.value)
         if authored.unsupported:
             return _turn(step, [("finish", {"summary": f"unsupported: {authored.unsupported}"})])
