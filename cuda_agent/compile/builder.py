@@ -605,11 +605,18 @@ def _build_workdir(
     torch_flags = [*wflags.include_flags(), *wflags.define_flags(), "-I."]
     # The header is precompiled without the vendor libraries' include dirs, so one serves every candidate; a unit
     # adding them still uses it (g++ checks macros and code-generation options, not the include path).
-    pch_flags = _gxx_flags([*extra, *torch_flags], [cuda_include], wflags.CXX_STANDARD)
-    pch = _torch_pch(pch_flags, tools, key, started, deadline)
+    host_flags = _gxx_flags([*extra, *torch_flags], [cuda_include], wflags.CXX_STANDARD)
+    # Units against torch are bindings: they unpack tensors and call the launchers, and at -O3 pybind11's templates
+    # cost a third more to compile than at -O1 (a candidate's own -O flag is kept). The header is precompiled with
+    # exactly the bindings' flags: g++ may reject one built at another -O level, and a rejected header costs the
+    # whole torch parse on every binding edit, silently.
+    own_opt = any(f.startswith("-O") for f in extra)
+    torch_unit_flags = [f if own_opt or f != "-O3" else "-O1" for f in host_flags]
+    pch = _torch_pch(torch_unit_flags, tools, key, started, deadline)
     # -I is searched before torch's -isystem dirs: a unit's <torch/extension.h> is the form's (flags.py says why).
     extension_dir = f"-I{pch.parent / 'include'}"
-    gxx_flags = [extension_dir, *pch_flags, *include_flags(libraries)]
+    binding_flags = [extension_dir, *torch_unit_flags, *include_flags(libraries)]
+    gxx_flags = [extension_dir, *host_flags, *include_flags(libraries)]
     nvcc_flags = [extension_dir, *extra, *include_flags(libraries), *torch_flags, *wflags.NVCC_TORCH_FLAGS]
     all_units = [WORKDIR_BINDING_FILE, *units]
     texts = {**kernel_files, **PLATFORM_FILES}
@@ -618,13 +625,6 @@ def _build_workdir(
     def uses_torch(unit: str) -> bool:  # directly or through the registry header, which includes torch
         targets = [target for target, _ in included(texts[unit])]
         return any(t.split("/")[0] in TORCH_HEADER_ROOTS or t in REGISTRY_INCLUDES for t in targets)
-
-    # Units against torch are bindings: they unpack tensors and call the launchers, and at -O3 pybind11's templates
-    # cost a third more to compile than at -O1 (the precompiled header, built at -O3, still applies: g++ checks
-    # __OPTIMIZE__, which both define). A candidate's own -O flag is kept.
-    binding_flags = gxx_flags if any(f.startswith("-O") for f in extra) else [
-        "-O1" if f == "-O3" else f for f in gxx_flags
-    ]  # fmt: skip
 
     def argv_of(unit: str, obj: str) -> list[str]:
         if unit.endswith(".cu"):
