@@ -328,7 +328,10 @@ class Trainer:
             metrics, tokens = self._value_step()
         else:
             metrics, tokens = self._ppo_step()
-        metrics["tokens_per_s"] = tokens / max(time.monotonic() - started, 1e-9)
+        elapsed = time.monotonic() - started
+        metrics["tokens_per_s"] = tokens / max(elapsed, 1e-9)
+        if "rollout_s" in metrics:  # the training step alone: what the trainer's own throughput work can move
+            metrics["train_tokens_per_s"] = tokens / max(elapsed - metrics["rollout_s"], 1e-9)
         self.step += 1
         return self.dist.mean(metrics)
 
@@ -364,7 +367,9 @@ class Trainer:
         assert self.critic is not None and self._values is not None and self.rollout is not None
         config = self.config
         policy = Policy(_unwrap(self.policy), self.tokenizer, config.model_name, self.device)
+        rollout_started = time.monotonic()
         trajectories = self.rollout(policy, config, self.step, self.dist.rank)
+        rollout_s = time.monotonic() - rollout_started
         sequences = self._sequences([(t, None) for t in trajectories])
         if not sequences:
             raise TrainDataError(f"the rollout returned no trainable trajectories at step {self.step + 1}")
@@ -420,6 +425,7 @@ class Trainer:
             "clip_low": clip_low,
             "clip_high": clip_high,
             "entropy_coef": bonus,
+            "rollout_s": rollout_s,
         }
         return metrics, batch.tokens * config.ppo_epochs
 

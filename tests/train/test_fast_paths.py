@@ -121,7 +121,11 @@ def ppo_config(model: Path, compile_model: str | None) -> TrainConfig:
 
 
 def trained_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    return {key: value for key, value in metrics.items() if key not in ("step", "stage", "time", "tokens_per_s")}
+    return {
+        key: value
+        for key, value in metrics.items()
+        if key not in ("step", "stage", "time", "tokens_per_s", "train_tokens_per_s", "rollout_s")
+    }
 
 
 # aot_eager traces and differentiates the same graphs as inductor, in seconds; inductor's C++ code generation takes

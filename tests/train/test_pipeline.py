@@ -74,7 +74,16 @@ def test_rft_then_value_then_ppo_raises_the_mean_reward(tiny_model: Path, tmp_pa
     assert after_ppo >= mean_reward(after_rft) + 0.3, (mean_reward(after_rft), after_ppo)
     metrics = RunDir(tmp_path / "ppo").read_metrics()
     assert [m["step"] for m in metrics] == list(range(1, 31))
-    for key in ("reward_mean", "pass_rate", "entropy", "clip_fraction", "kl", "value_loss", "tokens_per_s"):
+    for key in (
+        "reward_mean",
+        "pass_rate",
+        "entropy",
+        "clip_fraction",
+        "kl",
+        "value_loss",
+        "tokens_per_s",
+        "train_tokens_per_s",
+    ):
         assert all(m[key] is not None for m in metrics), key
     assert "explained_variance" in metrics[0]
     assert metrics[-1]["reward_mean"] > metrics[0]["reward_mean"]
