@@ -168,7 +168,9 @@ def _autocast(device: torch.device, config: TrainConfig) -> AbstractContextManag
 def _causal_lm(folder: Path, device: torch.device) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model: nn.Module = AutoModelForCausalLM.from_pretrained(folder)
+    # Never the Hub's kernels (transformers 5 kernelizes by default): they would be fetched at load time (code from
+    # the network, absent on an offline GPU host, where loading then fails) and differ from host to host.
+    model: nn.Module = AutoModelForCausalLM.from_pretrained(folder, use_kernels=False)
     return model.to(device)
 
 

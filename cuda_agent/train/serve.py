@@ -110,7 +110,7 @@ class PolicyServer:
         if not self.tokenizer.chat_template:
             self.tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_kernels=False)  # run._causal_lm says why
         # transformers annotates PreTrainedModel.to through a decorator whose stub takes the model as argument 1.
         self.model = model.to(self.device).eval()  # type: ignore[arg-type]
         self.model_name = model_name or checkpoint.resolve().name

@@ -34,7 +34,7 @@ class Critic(nn.Module):
         """A critic from a policy folder (fresh head) or a saved critic folder (its head too)."""
         from transformers import AutoModel
 
-        backbone = AutoModel.from_pretrained(folder)
+        backbone = AutoModel.from_pretrained(folder, use_kernels=False)  # as the policy (run._causal_lm)
         critic = cls(backbone, backbone.config.hidden_size)
         head = folder / VALUE_HEAD_FILE
         if head.exists():

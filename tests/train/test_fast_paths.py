@@ -171,3 +171,17 @@ def test_the_l2_gradient_is_the_penalty_term_s() -> None:
     add_l2_gradient(fused, 0.25)
     for a, b in zip(explicit.parameters(), fused.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad)
+
+
+def test_models_load_without_the_hubs_kernels(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU host has no `kernels` package (and no network): transformers 5 kernelizes every load by default and
+    then refuses to load. The trainer's and the server's models are torch's own everywhere."""
+    import transformers.modeling_utils
+
+    from cuda_agent.train.run import _causal_lm
+    from cuda_agent.train.serve import PolicyServer
+
+    monkeypatch.setattr(transformers.modeling_utils, "is_kernels_available", lambda: False)
+    assert not _causal_lm(tiny_model, torch.device("cpu")).use_kernels
+    assert not Critic.from_pretrained(tiny_model).backbone.use_kernels
+    assert not PolicyServer(tiny_model, device="cpu").model.use_kernels
