@@ -89,6 +89,10 @@ def synthesize_command(
     compile_backend: BackendOpt = "inductor",
     timeout: TimeoutOpt = 180.0,
     window: WindowOpt = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="Keep progress here after every batch; run again with it to go on (another machine too)."),
+    ] = None,
 ) -> None:
     """Compose, filter and deduplicate until N problems are kept; store them and print the statistics."""
     from cuda_agent.dataset.compose import SMALL_SHAPES, ComposeOptions, ShapeOptions
@@ -114,7 +118,11 @@ def synthesize_command(
         }
     )
     _database()
-    report = synthesize(n, seed, options, progress=lambda kept, total: console.print(f"kept {kept}/{total}"))
+
+    def say(kept: int, total: int) -> None:
+        console.print(f"kept {kept}/{total}")
+
+    report = synthesize(n, seed, options, progress=say, checkpoint=checkpoint)
     dataset_id = save_report(name or f"synth-{seed}-{n}", report)
     if out is not None:
         write_records(records_from_report(report), out)

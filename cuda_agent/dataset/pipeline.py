@@ -3,7 +3,8 @@
 Candidates are numbered; candidate ``i`` is a pure function of (seed, i, options) and every decision about it is
 made in index order, stopping at the ``n``-th kept problem. So the same seed and options give the same kept set
 and the same statistics however the work is batched or parallelized (the time window aside, which measures a
-clock: keep it wide where exact reruns matter).
+clock: keep it wide where exact reruns matter). For the same reason a synthesis can stop after any batch and go on
+elsewhere: ``checkpoint`` keeps what was decided, and the deduplicator is rebuilt from the kept problems in order.
 """
 
 from __future__ import annotations
@@ -51,10 +52,18 @@ class SynthesisOptions(BaseModel):
     eval_dir: Path | None = Field(None, description="KernelBench-format files the dataset must not resemble.")
     similarity_threshold: float = Field(0.9, description="Drop a problem more similar than this to another.")
     max_candidates: int | None = Field(None, description="Give up after this many candidates; None: 5 per problem.")
+    batch_limit: int | None = Field(
+        None,
+        ge=1,
+        description="Most candidates composed and checked together; None: 16 per filter worker. Progress is "
+        "checkpointed between batches, so a batch is also what a stopped run loses.",
+    )
 
     def fingerprint(self) -> str:
-        """What decides the kept set (not where files or caches live)."""
-        decisive = self.model_dump(mode="json", exclude={"filters": {"workers", "cache_dir", "timeout_s"}})
+        """What decides the kept set (not where files or caches live, nor how the work is batched)."""
+        decisive = self.model_dump(
+            mode="json", exclude={"batch_limit": True, "filters": {"workers", "cache_dir", "timeout_s"}}
+        )
         return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()
 
 
@@ -92,6 +101,42 @@ class SynthesisStats(BaseModel):
     paper_op_count_share: dict[int, float] = Field(default_factory=lambda: dict(PAPER_OP_COUNTS))
     elapsed_s: float
     kept_per_minute: float
+
+
+class SynthesisProgress(BaseModel):
+    """What a synthesis has decided so far, written after every batch: enough to go on with it in another process
+    or on another machine (time-limited GPU hosts run a large synthesis over several sessions)."""
+
+    n: int
+    seed: int
+    fingerprint: str = Field(description="SynthesisOptions.fingerprint() of the run it belongs to.")
+    next_index: int = Field(description="The first candidate not yet composed.")
+    kept: list[KeptProblem]
+    rejections: list[Rejection]
+    elapsed_s: float = Field(description="Time spent so far, over every run (not the pauses between them).")
+
+
+def _load_progress(path: Path, n: int, seed: int, fingerprint: str) -> SynthesisProgress | None:
+    if not path.exists():
+        return None
+    try:
+        progress = SynthesisProgress.model_validate_json(path.read_text())
+    except ValueError as exc:
+        raise SynthesisError(f"checkpoint {path}: not a synthesis checkpoint ({str(exc).splitlines()[0]})") from None
+    if (progress.n, progress.seed, progress.fingerprint) != (n, seed, fingerprint):
+        raise SynthesisError(
+            f"checkpoint {path} belongs to another synthesis (n={progress.n}, seed={progress.seed}, options "
+            f"{progress.fingerprint[:12]}; this one: n={n}, seed={seed}, options {fingerprint[:12]}): "
+            "name another file"
+        )
+    return progress
+
+
+def _save_progress(path: Path, progress: SynthesisProgress) -> None:
+    # Whole or not at all: a run killed while writing leaves the previous batch's checkpoint.
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(progress.model_dump_json())
+    os.replace(tmp, path)
 
 
 class SynthesisReport(BaseModel):
@@ -135,9 +180,11 @@ def synthesize(
     options: SynthesisOptions,
     progress: Progress | None = None,
     check: CheckProblems = filter_problems,
+    checkpoint: Path | None = None,
 ) -> SynthesisReport:
     """``n`` kept problems (fewer if ``max_candidates`` runs out), with every rejection and its reason; ``check``
-    runs the execution filters on each batch."""
+    runs the execution filters on each batch. With ``checkpoint``, progress is written there after every batch and
+    a synthesis of the same n, seed and options found there goes on from it."""
     started = time.monotonic()
     catalogue = crawl()
     compose: Callable[[int, int, Catalogue, ComposeOptions], ComposedProblem | CompositionFailure]
@@ -153,12 +200,20 @@ def synthesize(
         dedupe.load_eval_dir(options.eval_dir)
     limit = options.max_candidates if options.max_candidates is not None else 5 * n
     workers = options.filters.workers or os.cpu_count() or 1
+    batch_limit = options.batch_limit or 16 * workers
     kept: list[KeptProblem] = []
     rejections: list[Rejection] = []
-    next_index = 0
+    next_index, earlier_s = 0, 0.0
+    fingerprint = options.fingerprint()
+    resumed = _load_progress(checkpoint, n, seed, fingerprint) if checkpoint is not None else None
+    if resumed is not None:
+        kept, rejections = resumed.kept, resumed.rejections
+        next_index, earlier_s = resumed.next_index, resumed.elapsed_s
+        for k in kept:
+            dedupe.keep(str(k.problem.index), k.problem.code)
     while len(kept) < n and next_index < limit:
         # Ask for a little more than is missing (some will be rejected), and enough to keep every worker busy.
-        size = min(max(2 * (n - len(kept)), 2 * workers), limit - next_index)
+        size = min(max(2 * (n - len(kept)), 2 * workers), batch_limit, limit - next_index)
         batch = [compose(seed, i, catalogue, options.compose) for i in range(next_index, next_index + size)]
         next_index += size
         early: dict[int, Rejection] = {}
@@ -213,6 +268,12 @@ def synthesize(
                 dedupe.keep(str(item.index), item.code)
                 continue
             rejections.append(rejection)
+        if checkpoint is not None:
+            elapsed = earlier_s + time.monotonic() - started
+            _save_progress(
+                checkpoint, SynthesisProgress(n=n, seed=seed, fingerprint=fingerprint, next_index=next_index,
+                                              kept=kept, rejections=rejections, elapsed_s=elapsed),
+            )  # fmt: skip
         if progress is not None:
             progress(len(kept), n)
     return SynthesisReport(
@@ -221,5 +282,5 @@ def synthesize(
         options=options,
         kept=kept,
         rejections=rejections,
-        stats=_statistics(n, kept, rejections, time.monotonic() - started),
+        stats=_statistics(n, kept, rejections, earlier_s + time.monotonic() - started),
     )

@@ -11,8 +11,15 @@ import pytest
 
 from cuda_agent.dataset.compose import PAPER_OP_COUNTS, SMALL_SHAPES, ComposeOptions, compose_chain
 from cuda_agent.dataset.crawl import Catalogue
-from cuda_agent.dataset.filters import FilterName, check_problem
-from cuda_agent.dataset.pipeline import LLMOptions, Stage, SynthesisError, SynthesisReport, synthesize
+from cuda_agent.dataset.filters import FilterName, FilterOptions, ProblemVerdict, check_problem, filter_problems
+from cuda_agent.dataset.pipeline import (
+    LLMOptions,
+    Stage,
+    SynthesisError,
+    SynthesisProgress,
+    SynthesisReport,
+    synthesize,
+)
 from cuda_agent.problem import load_problem, problem_hash
 from tests.dataset.conftest import SEED, cpu_options
 from tests.fakes.openai_server import FakeOpenAIServer, reply
@@ -75,6 +82,45 @@ def test_same_seed_same_set_whatever_the_batching(synthesis: tuple[SynthesisRepo
     assert [k.problem for k in rerun.kept] == [k.problem for k in report.kept[:12]]
     last = rerun.kept[-1].problem.index
     assert rerun.rejections == [r for r in report.rejections if r.index < last]
+
+
+class Stopped(Exception):
+    """The process running the synthesis dies (the device call's time ran out)."""
+
+
+def test_a_stopped_synthesis_goes_on_from_its_checkpoint(
+    synthesis: tuple[SynthesisReport, float], tmp_path: Path
+) -> None:
+    """Stopped after its first batch, a synthesis resumed from the checkpoint decides on the candidates after it
+    only, and keeps what the uninterrupted run keeps (the deduplicator rebuilt from the kept problems)."""
+    report, _ = synthesis
+    checkpoint = tmp_path / "progress.json"
+    options = cpu_options(tmp_path).model_copy(update={"batch_limit": 12})
+
+    def stop(kept: int, requested: int) -> None:
+        raise Stopped
+
+    with pytest.raises(Stopped):
+        synthesize(20, SEED, options, progress=stop, checkpoint=checkpoint)
+    first = SynthesisProgress.model_validate_json(checkpoint.read_text())
+    assert 0 < len(first.kept) < 20 and first.elapsed_s > 0
+    checked: list[int] = []
+
+    def check(problems: list[tuple[str, str]], filters: FilterOptions) -> dict[str, ProblemVerdict]:
+        checked.extend(int(key) for key, _ in problems)
+        return filter_problems(problems, filters)
+
+    resumed = synthesize(20, SEED, options, check=check, checkpoint=checkpoint)
+    assert checked and min(checked) == first.next_index
+    assert [k.problem for k in resumed.kept] == [k.problem for k in report.kept[:20]]
+    assert resumed.rejections == [r for r in report.rejections if r.index < resumed.kept[-1].problem.index]
+    assert resumed.stats.elapsed_s > first.elapsed_s
+    # Another synthesis's checkpoint is refused, by name, before anything runs.
+    with pytest.raises(SynthesisError, match=f"checkpoint {checkpoint} belongs to another synthesis.*seed={SEED + 1}"):
+        synthesize(20, SEED + 1, options, checkpoint=checkpoint)
+    checkpoint.write_text("{not json")
+    with pytest.raises(SynthesisError, match="not a synthesis checkpoint"):
+        synthesize(20, SEED, options, checkpoint=checkpoint)
 
 
 def test_llm_composer_through_the_pipeline(

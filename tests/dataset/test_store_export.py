@@ -97,10 +97,20 @@ def test_cli_synthesize_then_filter(tmp_path: Path) -> None:
     env = {"CUDA_AGENT_DATA_DIR": str(tmp_path / "data")}
     out = tmp_path / "synth.jsonl"
     fast = ["--small", "--compile-backend", "aot_eager", "--workers", "1"]
-    made = cli("dataset", "synthesize", "-n", "3", "--seed", "5", *fast, "--out", str(out), env=env, timeout=400)
+    progress = tmp_path / "progress.json"
+    synthesize = ["dataset", "synthesize", "-n", "3", "--seed", "5", *fast, "--checkpoint", str(progress)]
+    made = cli(*synthesize, "--out", str(out), env=env, timeout=400)
     assert made.returncode == 0, made.stderr
     stats = json.loads(made.stdout)
     assert stats["kept"] == 3 and sum(stats["op_counts"].values()) == 3 and len(read_records(out)) == 3
+    # Run again on the finished checkpoint: nothing is checked again, the same problems come out.
+    again = cli(*synthesize[:-2], "--checkpoint", str(progress), "--name", "again", "--out", str(tmp_path / "b.jsonl"),
+                env=env, timeout=400)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert read_records(tmp_path / "b.jsonl") == read_records(out)
+    assert json.loads(again.stdout)["candidates"] == stats["candidates"]
+    other = cli(*synthesize[:-2], "--checkpoint", str(progress), "--seed", "6", env=env)
+    assert other.returncode == 2 and f"checkpoint {progress} belongs to another synthesis" in other.stderr
     # A window no problem fits: every one is removed, and the removal is reported by its filter.
     kept = tmp_path / "kept.jsonl"
     window = ["--window", "0", "0.000001"]
