@@ -5,10 +5,6 @@ from the Hermes format."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,72 +15,20 @@ import torch
 
 from cuda_agent.agent.policies.openai_policy import OpenAIPolicy
 from cuda_agent.train.serve import parse_tool_calls
-from cuda_agent.train.tiny import build_tiny_model
-from tests.conftest import ROOT
+from tests.train.scripted import call_word, scripted_model, serving
 
 # One vocabulary word that is a whole tool call: the word-level tokenizer keeps it as one token.
-CALL = '<tool_call>{"name":"compile","arguments":{"path":"k.cu"}}</tool_call>'
-WORDS = ("compile", "kernel", "obs", "ok", CALL)
+CALL = call_word("compile", path="k.cu")
+WORDS = ("compile", "kernel", "obs", "ok")
 TOOLS = [{"type": "function", "function": {"name": "compile", "parameters": {"type": "object", "properties": {}}}}]
-
-
-def scripted_model(folder: Path) -> Path:
-    """A tiny model whose greedy reply to anything is CALL then </s>, by construction of its weights: the blocks
-    add nothing to the residual stream (zeroed output projections), so the final hidden state is the current
-    token's embedding, whose dimension 0 is positive for every token and dimension 1 only for CALL; the output
-    rows make CALL win after any other token and </s> win after CALL."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    build_tiny_model(folder, WORDS)
-    model = AutoModelForCausalLM.from_pretrained(folder)
-    call, eos = AutoTokenizer.from_pretrained(folder).convert_tokens_to_ids([CALL, "</s>"])  # type: ignore[misc]
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        embed = model.model.embed_tokens.weight
-        embed.zero_()
-        embed[:, 0] = 1.0
-        embed[call, 1] = 1.0
-        head = model.lm_head.weight
-        head.zero_()
-        head[call, 0], head[call, 1] = 10.0, -100.0
-        head[eos, 0], head[eos, 1] = 5.0, 100.0
-    model.save_pretrained(folder)
-    return folder
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """(base URL, model folder) of `cuda-agent serve-policy` running the scripted model."""
-    folder = scripted_model(tmp_path_factory.mktemp("policy"))
-    port = free_port()
-    command = ["serve-policy", str(folder), "--port", str(port), "--model-name", "tiny", "--device", "cpu"]
-    log = folder / "serve.log"  # a file, not a pipe that nobody drains while the tests run
-    with log.open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "cuda_agent.cli", *command], cwd=ROOT, stdout=out, stderr=out)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"serve-policy did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+    """(base URL, model folder) of `cuda-agent serve-policy` running a model whose greedy reply is CALL."""
+    folder = scripted_model(tmp_path_factory.mktemp("policy"), [CALL], WORDS)
+    with serving(folder) as base_url:
         yield base_url, folder
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_the_openai_policy_gets_a_tool_call_with_token_ids_and_logprobs(served: tuple[str, Path]) -> None:
