@@ -290,7 +290,10 @@ def _convert(
                           dtype, (args[1], kw["alpha"])))  # fmt: skip
         return Node(name, op, OpKind.POINTWISE, shape, dtype, (args[0], scaled))
     if op == "div" and kw.get("rounding_mode") is not None:
-        quotient = add(Node(f"{name}q", "div", OpKind.POINTWISE, shape, dtype, args))
+        # Rounded afterwards: the quotient must be the true one (a reciprocal's product can land under an integer),
+        # and an integer one is rounded here (C's truncates; floor of it would be too late).
+        rounded = {"rounded": kw["rounding_mode"]}
+        quotient = add(Node(f"{name}q", "div", OpKind.POINTWISE, shape, dtype, args, rounded))
         return Node(name, "trunc" if kw["rounding_mode"] == "trunc" else "floor", OpKind.POINTWISE, shape, dtype,
                     (quotient,))  # fmt: skip
     if op in UNARY and len(args) == 1:

@@ -671,6 +671,14 @@ def pointwise_expr(node: Node, v: list[str]) -> str:
 
     if op == "pow" and len(node.args) == 2 and not isinstance(node.args[1], Node) and node.args[1] in (2, 2.0):
         return f"({v[0]} * {v[0]})"
+    if op == "div" and a.get("rounded") == "floor" and t in ("int64_t", "int32_t"):
+        q, r = f"(({v[0]}) / ({v[1]}))", f"(({v[0]}) % ({v[1]}))"
+        return f"({q} - (({r} != 0) && ((({v[0]}) < 0) != (({v[1]}) < 0))))"
+    divisor = node.args[1] if op == "div" and len(node.args) == 2 and not a.get("rounded") else None
+    if isinstance(divisor, int | float) and 1e-30 <= abs(divisor) <= 1e30 and t in ("float", "double"):
+        # By a constant: a product with its reciprocal, as ATen does for a scalar divisor (within an ulp of the
+        # quotient). IEEE division is a dozen instructions with a range check and a slow path besides.
+        return f"(({v[0]}) * {lit(1.0 / divisor)})"
     if t in ("int64_t", "int32_t") and op in _INTEGER:  # CUDA's fabs, fmax and fmin take floating point only
         return _INTEGER[op].format(*v)
     if op in UNARY:

@@ -173,6 +173,16 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(4, 9, 5)]",
         "x",
     ),
+    # By a constant: a product with the reciprocal, except where the quotient is rounded (floor of 6x/3 is 2x only
+    # from the true quotient); integers floor-divided towards minus infinity (C's division truncates).
+    "divide_by_constants": (
+        "pass",
+        "y = x.float()\n"
+        "        return (F.hardswish(y) / 3 + torch.div(y * 6, 3, rounding_mode='floor'), y / 0.25, y / 1e-30,\n"
+        "                x // 3, x // -7, torch.div(x, -7, rounding_mode='trunc'))",
+        "[torch.randint(-50, 50, (8, 16))]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
@@ -194,6 +204,15 @@ def test_cpu_kernels_match_the_reference(name: str, tmp_path: Path) -> None:
     for out, ref in zip(ours, refs, strict=True):
         assert out.shape == ref.shape
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_a_division_by_a_constant_is_a_product_unless_rounded() -> None:
+    from cuda_agent.author.search import author_problem
+
+    authored = author_problem(case_source("divide_by_constants"), "cuda")
+    kernel = authored.variants[0][1]["kernels/author.cu"]
+    assert "* 0.3333333" in kernel and "* 4.0f" in kernel  # / 3 and / 0.25
+    assert "/ (3.0f)" in kernel  # the floor's quotient
 
 
 def test_serial_row_sums_are_compensated(tmp_path: Path) -> None:
