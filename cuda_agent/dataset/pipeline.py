@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from cuda_agent import safefs
 from cuda_agent.dataset.compose import (
     PAPER_OP_COUNTS,
     ComposedProblem,
@@ -116,11 +117,17 @@ class SynthesisProgress(BaseModel):
     elapsed_s: float = Field(description="Time spent so far, over every run (not the pauses between them).")
 
 
+# A checkpoint of the paper's 6,000 problems is tens of megabytes; a larger file is not one of ours.
+_CHECKPOINT_LIMIT = 1 << 30
+
+
 def _load_progress(path: Path, n: int, seed: int, fingerprint: str) -> SynthesisProgress | None:
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    try:
-        progress = SynthesisProgress.model_validate_json(path.read_text())
+    try:  # a link, FIFO or device left at the path is refused, never followed or read
+        progress = SynthesisProgress.model_validate_json(safefs.read_text(path.parent, path.name, _CHECKPOINT_LIMIT))
+    except safefs.UnsafePath as exc:
+        raise SynthesisError(f"checkpoint {path}: {exc}") from None
     except ValueError as exc:
         raise SynthesisError(f"checkpoint {path}: not a synthesis checkpoint ({str(exc).splitlines()[0]})") from None
     if (progress.n, progress.seed, progress.fingerprint) != (n, seed, fingerprint):
@@ -130,13 +137,6 @@ def _load_progress(path: Path, n: int, seed: int, fingerprint: str) -> Synthesis
             "name another file"
         )
     return progress
-
-
-def _save_progress(path: Path, progress: SynthesisProgress) -> None:
-    # Whole or not at all: a run killed while writing leaves the previous batch's checkpoint.
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(progress.model_dump_json())
-    os.replace(tmp, path)
 
 
 class SynthesisReport(BaseModel):
@@ -270,10 +270,10 @@ def synthesize(
             rejections.append(rejection)
         if checkpoint is not None:
             elapsed = earlier_s + time.monotonic() - started
-            _save_progress(
-                checkpoint, SynthesisProgress(n=n, seed=seed, fingerprint=fingerprint, next_index=next_index,
-                                              kept=kept, rejections=rejections, elapsed_s=elapsed),
-            )  # fmt: skip
+            state = SynthesisProgress(n=n, seed=seed, fingerprint=fingerprint, next_index=next_index, kept=kept,
+                                      rejections=rejections, elapsed_s=elapsed)  # fmt: skip
+            # Whole or not at all (written aside, then renamed): a run killed meanwhile leaves the previous batch's.
+            safefs.write_text(checkpoint.parent, checkpoint.name, state.model_dump_json())
         if progress is not None:
             progress(len(kept), n)
     return SynthesisReport(

@@ -121,6 +121,12 @@ def test_a_stopped_synthesis_goes_on_from_its_checkpoint(
     checkpoint.write_text("{not json")
     with pytest.raises(SynthesisError, match="not a synthesis checkpoint"):
         synthesize(20, SEED, options, checkpoint=checkpoint)
+    # A link left at the path is refused, not followed (nor is what it points to overwritten).
+    checkpoint.unlink()
+    checkpoint.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(SynthesisError, match=f"checkpoint {checkpoint}: "):
+        synthesize(20, SEED, options, checkpoint=checkpoint)
+    assert not (tmp_path / "elsewhere.json").exists()
 
 
 def test_llm_composer_through_the_pipeline(
