@@ -12,6 +12,7 @@ validated, and records the prompt and the response with it.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import warnings
@@ -23,6 +24,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from cuda_agent.dataset.crawl import Catalogue, OperatorKind, OperatorSpec, ParamRole, build_callable
+from cuda_agent.dataset.sizing import CostModel, fitted_batch
 from cuda_agent.eval.memory import meta_call
 from cuda_agent.problem import load_problem, problem_hash
 
@@ -44,19 +46,27 @@ class CompositionError(ValueError):
 
 
 class ShapeOptions(BaseModel):
-    """Sizes the composer draws from. The defaults are GPU-sized; tests and CPU runs pass small ones."""
+    """Sizes the composer draws from. The defaults are GPU-sized: the batch is then fitted to an eager time (see
+    ``sizing``); tests and CPU runs pass small ones, as drawn."""
 
-    batch: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], description="Batch sizes.")
+    batch: list[int] = Field(
+        default_factory=lambda: [16], description="Batch sizes; with a fit, the batch a chain is drawn at, then fitted."
+    )
     channels: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], description="Channel counts.")
     features: list[int] = Field(default_factory=lambda: [256, 512, 1024, 2048], description="Feature widths.")
     spatial: list[int] = Field(default_factory=lambda: [32, 64, 128], description="Lengths, heights, widths.")
     depth: list[int] = Field(default_factory=lambda: [8, 16, 32], description="Depths of 5-D inputs.")
     kernel: list[int] = Field(default_factory=lambda: [1, 3, 5], description="Kernel sizes.")
-    max_elements: int = Field(2**27, description="Largest tensor (elements) any step may produce.")
+    max_elements: int = Field(2**28, description="Largest tensor (elements) any step may produce.")
+    fit: CostModel | None = Field(
+        default_factory=CostModel, description="Batch fitted to an estimated eager time; None: the drawn batch."
+    )
 
 
 # Shapes for CPU runs and tests: each problem runs in microseconds, so the filters' cost is compilation alone.
-SMALL_SHAPES = ShapeOptions(batch=[2, 4], channels=[4, 8], features=[16, 32], spatial=[8, 16], depth=[4], kernel=[1, 3])
+SMALL_SHAPES = ShapeOptions(
+    batch=[2, 4], channels=[4, 8], features=[16, 32], spatial=[8, 16], depth=[4], kernel=[1, 3], fit=None
+)
 
 
 class ComposeOptions(BaseModel):
@@ -197,6 +207,41 @@ def _chain_steps(
     return steps
 
 
+def _fit_batch(
+    shape: tuple[int, ...], steps: list[_Step], rng: random.Random, shapes: ShapeOptions
+) -> tuple[tuple[int, ...], list[_Step]]:
+    """The chain with its batch fitted to ``shapes.fit`` (the same operators and arguments, shapes propagated
+    again); as drawn without a fit or a batch dimension."""
+    if shapes.fit is None or len(shape) < 2:
+        return shape, steps
+    largest = max(math.prod(s) for s in [shape, *(step.out_shape for step in steps)])
+
+    def make() -> list[Any]:
+        return [build_callable(step.op, step.kwargs) for step in steps]
+
+    fitted = fitted_batch(make, shape, largest, shapes.max_elements, shapes.fit, rng)
+    # Not every operator reads dimension 0 as a batch (a 2-D input to Conv1d is one unbatched sample), and there the
+    # estimate's linear growth is wrong: halve towards the drawn batch until the chain fits again.
+    while True:
+        try:
+            return (fitted, *shape[1:]), _propagated(steps, (fitted, *shape[1:]), shapes)
+        except CompositionError:
+            if fitted <= shape[0]:
+                return shape, steps
+            fitted = max(shape[0], fitted // 2)
+
+
+def _propagated(steps: list[_Step], shape: tuple[int, ...], shapes: ShapeOptions) -> list[_Step]:
+    """The same operators and arguments on an input of ``shape``."""
+    out_steps: list[_Step] = []
+    for step in steps:
+        out = propagate(step.op, step.kwargs, shape, torch.float32)
+        _check_output(step.op, out, shapes)
+        shape = tuple(out.shape)
+        out_steps.append(_Step(step.op, step.kwargs, step.size_params, shape))
+    return out_steps
+
+
 def _opening_ranks(op: OperatorSpec) -> list[int]:
     return [r for r in op.ranks if r > 1] or op.ranks
 
@@ -229,7 +274,7 @@ def _draw_chain(
                 continue
         else:
             raise CompositionError(f"no operator fits after {steps[-1].op.name} (output {list(steps[-1].out_shape)})")
-    return shape, steps
+    return _fit_batch(shape, steps, rng, options.shapes)
 
 
 def _attribute_names(steps: list[_Step]) -> list[str]:
@@ -322,7 +367,7 @@ def compose_chain(
     rng = problem_rng(seed, 0)
     ops = [catalogue.get(name) for name in op_names]
     shape = _input_shape(_opening_ranks(ops[0])[0], rng, options.shapes)
-    steps = _chain_steps(ops, shape, rng, options.shapes)
+    shape, steps = _fit_batch(shape, _chain_steps(ops, shape, rng, options.shapes), rng, options.shapes)
     code = render_problem(shape, steps)
     check_on_meta(code, steps[-1].out_shape)
     return code

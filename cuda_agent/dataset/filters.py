@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import fcntl
 import json
 import os
 import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -68,6 +70,11 @@ class FilterOptions(BaseModel):
     workers: int = Field(0, description="Parallel sandboxed workers; 0: one per CPU core.")
     cache_dir: Path | None = Field(
         None, description="Inductor cache shared by the workers and kept across runs; None: one per call."
+    )
+    timing_lock: Path | None = Field(
+        None,
+        description="File locked around every timed run, so that workers sharing a GPU take turns; None: one per "
+        "call on cuda (filter_problems makes it), none on cpu.",
     )
 
     def window(self) -> tuple[float, float]:
@@ -129,8 +136,21 @@ def _time_eager_ms(model: Any, inputs: list[Any], options: FilterOptions) -> flo
     from cuda_agent.eval.timing import Timer, stats
 
     timer = Timer(cuda=options.device == "cuda")
-    timings = timer.run(lambda args: model(*args), inputs, 0, 1, options.timing_runs, options.timing_budget_s)
+    # Parallel workers share the GPU: timed alongside another problem's kernels (or with its launches starved by
+    # their compilations), a 10 us problem measured over 1 ms on an H200 and passed the time window.
+    with _held(options.timing_lock):
+        timings = timer.run(lambda args: model(*args), inputs, 0, 1, options.timing_runs, options.timing_budget_s)
     return stats(timings).median_ms
+
+
+@contextlib.contextmanager
+def _held(lock: Path | None) -> Iterator[None]:
+    if lock is None:
+        yield
+        return
+    with open(lock, "rb") as fd:  # flock needs no write access: the sandbox binds the file read-only
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield  # released when the file is closed, or when the process dies
 
 
 def _run_checks(code: str, options: FilterOptions, passed: list[FilterResult]) -> tuple[float, float | None]:
@@ -262,6 +282,7 @@ def _run_worker(
         cwd=workdir,
         writable_paths=[workdir, cache_dir],
         env=_worker_env(options, cache_dir),
+        readonly_paths=[options.timing_lock] if options.timing_lock is not None else [],
         gpu=options.device == "cuda",
         limits=SandboxLimits(
             # The worker's own start-up and warm-up, then each problem's bounded child.
@@ -299,6 +320,10 @@ def filter_problems(problems: list[tuple[str, str]], options: FilterOptions) -> 
     root = Path(tempfile.mkdtemp(prefix="cuda-agent-dataset-"))
     cache_dir = options.cache_dir or root / "inductor-cache"
     cache_dir.mkdir(parents=True, exist_ok=True)
+    if options.device == "cuda" and options.timing_lock is None:
+        timing_lock = root / "gpu-timing.lock"
+        timing_lock.touch()
+        options = options.model_copy(update={"timing_lock": timing_lock})
     verdicts: dict[str, ProblemVerdict] = {}
     lock = threading.Lock()
 

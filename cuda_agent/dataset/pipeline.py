@@ -63,7 +63,7 @@ class SynthesisOptions(BaseModel):
     def fingerprint(self) -> str:
         """What decides the kept set (not where files or caches live, nor how the work is batched)."""
         decisive = self.model_dump(
-            mode="json", exclude={"batch_limit": True, "filters": {"workers", "cache_dir", "timeout_s"}}
+            mode="json", exclude={"batch_limit": True, "filters": {"workers", "cache_dir", "timeout_s", "timing_lock"}}
         )
         return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()
 

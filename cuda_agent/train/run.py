@@ -245,7 +245,10 @@ class Trainer:
             return fn
         # Dynamic from the first call: sequence lengths (and the last minibatch's size) change from batch to batch,
         # and a graph per shape would compile on most steps.
-        return torch.compile(fn, backend=self.config.compile_model, dynamic=True)
+        # Inductor's coalescing analysis asserts on the shifted logits' symbolic size (s0*s1 - s0) in torch 2.11's
+        # Triton codegen (seen on the H200); without it, tiling falls back to the plain heuristic.
+        options = {"triton.coalesce_tiling_analysis": False} if self.config.compile_model == "inductor" else None
+        return torch.compile(fn, backend=self.config.compile_model, dynamic=True, options=options)
 
     def _wrap(self, module: nn.Module) -> nn.Module:
         if self.dist.world_size == 1:

@@ -83,7 +83,11 @@ def test_time_window() -> None:
 @pytest.mark.slow
 def test_sandboxed_workers_with_inductor_survive_hangs_and_crashes(tmp_path: Path) -> None:
     """The default backend (inductor: C++ code generation and g++) in the sandbox, two workers, a problem that
-    hangs (killed at its timeout) and one that kills its process: each costs only itself."""
+    hangs (killed at its timeout) and one that kills its process: each costs only itself. The workers take turns
+    at timing through a lock file they see read-only (what filter_problems does on cuda)."""
+    (tmp_path / "locks").mkdir()
+    lock = tmp_path / "locks" / "timing.lock"
+    lock.touch()
     problems = [
         ("good", GOOD),
         ("gelu", TEMPLATE.format(body="return nn.functional.gelu(self.linear(x)) * 2.0")),
@@ -91,7 +95,8 @@ def test_sandboxed_workers_with_inductor_survive_hangs_and_crashes(tmp_path: Pat
         ("crash", TEMPLATE.format(body="import os; os.abort()")),
     ]
     started = time.monotonic()
-    verdicts = filter_problems(problems, FilterOptions(workers=2, timeout_s=40, cache_dir=tmp_path))
+    options = FilterOptions(workers=2, timeout_s=40, cache_dir=tmp_path / "cache", timing_lock=lock)
+    verdicts = filter_problems(problems, options)
     elapsed = time.monotonic() - started
     assert verdicts["good"].passed and verdicts["gelu"].passed, (verdicts["good"], verdicts["gelu"])
     assert verdicts["good"].results[-1].name is FilterName.COMPILE
@@ -99,3 +104,24 @@ def test_sandboxed_workers_with_inductor_survive_hangs_and_crashes(tmp_path: Pat
     assert hang is not None and hang.name is FilterName.HARNESS and "did not finish within 40 s" in (hang.reason or "")
     assert crash is not None and crash.name is FilterName.HARNESS and "SIGABRT" in (crash.reason or "")
     assert elapsed < 400
+
+
+def test_timed_runs_wait_for_the_timing_lock(tmp_path: Path) -> None:
+    """Workers sharing a GPU take turns at timing: a check whose lock another holder keeps does not finish its
+    timing until the lock is let go."""
+    import fcntl
+    import threading
+
+    lock = tmp_path / "timing.lock"
+    lock.touch()
+    verdicts = []
+    with open(lock, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        checking = threading.Thread(
+            target=lambda: verdicts.append(check_problem(GOOD, NO_COMPILE.model_copy(update={"timing_lock": lock})))
+        )
+        checking.start()
+        checking.join(timeout=3.0)
+        assert checking.is_alive() and not verdicts  # waiting at the lock: everything before timing is done in ms
+    checking.join(timeout=60.0)
+    assert verdicts and verdicts[0].passed, verdicts
