@@ -38,11 +38,15 @@ class Variant:
     conv: str = "exact"
     omp: str = "auto"  # cpu: "auto" runs OpenMP threads only for big kernels (waking a team costs more than a
     # small kernel), "always" for every kernel
+    # cuda block-per-row kernels that pass over their row more than once (statistics, then outputs): "regs" keeps
+    # each thread's share of the operands read in several passes in registers, so the row is read from memory once
+    # (later passes otherwise re-read it, from L2 at best); "none" re-reads
+    cache: str = "none"
 
     def label(self) -> str:
         return (
             f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} conv={self.conv} "
-            f"omp={self.omp}"
+            f"omp={self.omp} cache={self.cache}"
         )
 
     def omp_pragma(self, work: int, clause: str = "") -> str:
@@ -117,9 +121,34 @@ def _launcher_params(kernel: RowKernel | GemmKernel | ConvKernel, device: str) -
     return ", ".join(decl)
 
 
-def _scope_body(kernel: RowKernel, scope: Scope, index: str) -> list[str]:
-    loads = [f"const {n.ctype} ld_{b} = {b}[{index}];" for b, n in scope.identity_loads.items()]
+def _scope_body(kernel: RowKernel, scope: Scope, index: str, cached: frozenset[str] = frozenset()) -> list[str]:
+    loads = [
+        f"const {n.ctype} ld_{b} = {f'c_{b}[k]' if b in cached else f'{b}[{index}]'};"
+        for b, n in scope.identity_loads.items()
+    ]
     return loads + scope.stmts
+
+
+# Registers a thread may spend on its share of a cached row: beyond, spills to local memory would cost what the
+# cache saves.
+ROW_CACHE_ITEMS, ROW_CACHE_VALUES = 16, 32
+
+
+def row_cache(kernel: RowKernel, block: int) -> tuple[frozenset[str], int]:
+    """(buffers, items per thread) that a block-per-row kernel of ``block`` threads keeps in registers: those read
+    at the row's own index in more than one pass over the row; none when a thread's share would not fit."""
+    passes = [red.scope for red in kernel.reductions if not red.invariant]
+    if kernel.full_outputs:
+        passes.append(kernel.out_scope)
+    counts: dict[str, int] = {}
+    for scope in passes:
+        for b in scope.identity_loads:
+            counts[b] = counts.get(b, 0) + 1
+    buffers = frozenset(b for b, n in counts.items() if n > 1)
+    items = -(-kernel.inner // block)
+    if kernel.scan is not None or not buffers or items > ROW_CACHE_ITEMS or items * len(buffers) > ROW_CACHE_VALUES:
+        return frozenset(), 0
+    return buffers, items
 
 
 _CONST = re.compile(r"^const [\w:]+ (?P<name>\w+) = (?P<expr>.*);$")
@@ -130,7 +159,7 @@ def _loop(loop: str, body: list[str]) -> list[str]:
     """``loop`` over ``body``, with the statements that do not vary along the loop (per-row values such as
     rsqrt(var + eps)) hoisted before it: host compilers keep libm calls in the loop (errno)."""
     # Names a non-const statement touches (accumulators, pooling windows) vary, wherever they stand in the body.
-    variant = {"r"}.union(*(_WORD.findall(b) for b in body if not _CONST.match(b)))
+    variant = {"r", "k"}.union(*(_WORD.findall(b) for b in body if not _CONST.match(b)))
     hoisted, kept = [], []
     for stmt in body:
         match = _CONST.match(stmt)
@@ -154,8 +183,9 @@ def _kahan(acc: str, comp: str, value: str, ctype: str) -> list[str]:
     ]
 
 
-def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> list[str]:
-    """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs)."""
+def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache: bool = False) -> list[str]:
+    """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs); ``cache``: a block per row
+    keeps the operands several passes read in registers (``row_cache``)."""
     shape, reduced = kernel.shape, list(kernel.reduced)
     outer = [j for j in range(len(shape)) if j not in reduced]
     full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
@@ -171,6 +201,16 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
     walked = _coords([j for j in reduced if shape[j] != 1], shape, "r")
     start, step = ("threadIdx.x", str(block)) if per_block else ("0", "1")
     loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
+    cached, items = row_cache(kernel, block) if cache and per_block else (frozenset[str](), 0)
+    if cached:
+        # Pass k of every loop visits the same element r, so element k of a thread's cache is the one it loaded;
+        # unrolled over a compile-time count, the cache arrays live in registers.
+        loop = (
+            f"#pragma unroll\nfor (int k = 0; k < {items}; ++k) "
+            f"if (const int64_t r = threadIdx.x + (int64_t)k * {block}; r < {kernel.inner}LL)"
+        )
+        lines += [f"{kernel.reads[b].ctype} c_{b}[{items}];" for b in sorted(cached)]
+        lines += _loop(loop, walked + [f"c_{b}[k] = {b}[{full_index}];" for b in sorted(cached)])
     for red in kernel.reductions:
         node: Node = red.node
         identity, combine = reduction(node.op, node.ctype)
@@ -181,7 +221,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
             lines.append(f"const {t} {red.var} = {folded.get(node.op, red.value)};")
             continue
         lines.append(f"{t} acc_{red.var} = ({t})({identity});")
-        body = walked + _scope_body(kernel, red.scope, full_index)
+        body = walked + _scope_body(kernel, red.scope, full_index, cached)
         if node.op == "sum":
             lines.append(f"{t} comp_{red.var} = ({t})0;")
             body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
@@ -207,7 +247,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int) -> li
         body.append(f"{kernel.full_outputs[0][0]}[{full_index}] = running;")
         lines += _loop(loop, body)
     elif kernel.full_outputs:
-        body = walked + _scope_body(kernel, kernel.out_scope, full_index)
+        body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
         body += [f"{b}[{full_index}] = {v};" for b, v in kernel.full_outputs]
         lines += _loop(loop, body)
     lines += _scope_body(kernel, kernel.row_scope, full_index)
@@ -256,7 +296,7 @@ def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
         start, stride = f"(int64_t)blockIdx.x * {block} + threadIdx.x", f"(int64_t)gridDim.x * {block}"
         loop = f"for (int64_t o = {start}; o < {kernel.outer}LL; o += {stride})"
         blocks = f"({kernel.outer}LL + {block - 1}) / {block}"
-    body = _row_body(kernel, "cuda", per_block, block)
+    body = _row_body(kernel, "cuda", per_block, block, cache=variant.cache == "regs")
     text = f"""
 __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
     {loop} {{

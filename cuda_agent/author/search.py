@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.author.capture import capture_problem
-from cuda_agent.author.emit import Variant, candidate_files
+from cuda_agent.author.emit import Variant, candidate_files, row_cache
 from cuda_agent.author.ir import Unsupported
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
 
@@ -38,6 +38,8 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     has_rows = any(isinstance(k, RowKernel) and k.reduced for k in plan.kernels)
     has_gemm = any(isinstance(k, GemmKernel) for k in plan.kernels)
     out = [base, *(replace(base, block=b) for b in (512, 128, 1024)), replace(base, vec=1)]
+    if any(isinstance(k, RowKernel) and row_cache(k, base.block)[0] for k in plan.kernels):
+        out.insert(1, replace(base, cache="regs"))  # early: a norm's rows read once is its likeliest win
     if has_rows:
         out += [replace(base, rows="block"), replace(base, rows="thread")]
     if has_gemm:

@@ -45,11 +45,11 @@ class Cost:
         return self.bytes / model.bytes_per_ms + self.flops / model.flops_per_ms + self.launches * model.launch_ms
 
 
-class _Traffic(TorchDispatchMode):
+class _Traffic(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's class is untyped
     """Bytes read and written by the operators that run kernels (not views), and how many there are."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.bytes = self.launches = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

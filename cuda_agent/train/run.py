@@ -247,7 +247,9 @@ class Trainer:
         # and a graph per shape would compile on most steps.
         # Inductor's coalescing analysis asserts on the shifted logits' symbolic size (s0*s1 - s0) in torch 2.11's
         # Triton codegen (seen on the H200); without it, tiling falls back to the plain heuristic.
-        options = {"triton.coalesce_tiling_analysis": False} if self.config.compile_model == "inductor" else None
+        options: dict[str, str | int | bool | Callable[..., Any]] | None = (
+            {"triton.coalesce_tiling_analysis": False} if self.config.compile_model == "inductor" else None
+        )
         return torch.compile(fn, backend=self.config.compile_model, dynamic=True, options=options)
 
     def _wrap(self, module: nn.Module) -> nn.Module:

@@ -70,17 +70,18 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
 @pytest.mark.parametrize(
     ("source", "knob"),
     [
+        (problems.RMSNORM, "cache=regs"),
         (problems.CONV_BIAS_RELU, "conv=exact"),
         (problems.CONV_BIAS_RELU, "conv=tf32"),
         (problems.CONV_ONLY, "conv=direct"),
         (problems.CONV_TRANSPOSE, "conv=exact"),
         (problems.LINEAR_RELU, "gemm=cublas_tf32"),
     ],
-    ids=["cudnn_exact", "cudnn_tf32", "direct_when_alone", "cudnn_transposed_1d", "cublas_tf32"],
+    ids=["row_cache", "cudnn_exact", "cudnn_tf32", "direct_when_alone", "cudnn_transposed_1d", "cublas_tf32"],
 )
-def test_generated_library_calls_compile_with_nvcc(source: str, knob: str) -> None:
+def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: str) -> None:
     variants = author_problem(source, "cuda", tf32=True).variants
-    files = next(files for label, files in variants if f"{knob} " in label)
+    files = next(files for label, files in variants if knob in label.split())
     request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
     result = LocalBackend().compile(request)
     assert result.status is CompileStatus.OK, result.log[-3000:]
@@ -88,6 +89,8 @@ def test_generated_library_calls_compile_with_nvcc(source: str, knob: str) -> No
         assert ("cudnnConvolution" in files["kernels/author.cu"]) is (knob != "conv=direct")
     if knob == "conv=direct":  # the convolution alone: every variant runs it on our kernel
         assert all("conv=direct " in label for label, _ in variants)
+    if knob == "cache=regs":  # the row read once into registers, its later passes read the registers
+        assert "c_in0[k] = in0[" in files["kernels/author.cu"] and "ld_in0 = c_in0[k]" in files["kernels/author.cu"]
 
 
 @pytest.mark.sandbox
@@ -153,6 +156,18 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
     assert traj.termination is TerminationReason.FINISHED, traj.termination_detail
     assert traj.best is not None and traj.best.result.correct, traj.turns[0].observations[-1].content
     assert "kernels/author.cu" in traj.best.candidate.files
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("source", [problems.RMSNORM, problems.SOFTMAX], ids=["rmsnorm", "softmax"])
+def test_every_variant_of_a_row_kernel_is_correct_on_cuda(source: str) -> None:
+    """Not only the fastest: each variant the search times (block sizes, a row per thread or per block, the row
+    cached in registers) computes the reference's outputs."""
+    config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
+    traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
+    verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]
+    assert len(verdicts) == len(author_problem(source, "cuda").variants), verdicts
+    assert all(v.startswith("verify: correct") for v in verdicts), verdicts
 
 
 @pytest.mark.gpu
