@@ -38,8 +38,10 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     has_rows = any(isinstance(k, RowKernel) and k.reduced for k in plan.kernels)
     has_gemm = any(isinstance(k, GemmKernel) for k in plan.kernels)
     out = [base, *(replace(base, block=b) for b in (512, 128, 1024)), replace(base, vec=1)]
-    if any(isinstance(k, RowKernel) and row_cache(k, base.block)[0] for k in plan.kernels):
-        out.insert(1, replace(base, cache="regs"))  # early: a norm's rows read once is its likeliest win
+    # Early: a norm's rows read once is its likeliest win. Longer rows fit a thread's register share only with
+    # more threads, so the first two block sizes where some row kernel's share fits.
+    cached = [b for b in (256, 512, 1024) if any(isinstance(k, RowKernel) and row_cache(k, b)[0] for k in plan.kernels)]
+    out[1:1] = [replace(base, block=b, cache="regs") for b in cached[:2]]
     if has_rows:
         out += [replace(base, rows="block"), replace(base, rows="thread")]
     if has_gemm:
