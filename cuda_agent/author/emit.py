@@ -121,22 +121,26 @@ def _launcher_params(kernel: RowKernel | GemmKernel | ConvKernel, device: str) -
     return ", ".join(decl)
 
 
-def _scope_body(kernel: RowKernel, scope: Scope, index: str, cached: frozenset[str] = frozenset()) -> list[str]:
-    loads = [
-        f"const {n.ctype} ld_{b} = {f'c_{b}[k]' if b in cached else f'{b}[{index}]'};"
-        for b, n in scope.identity_loads.items()
-    ]
+def _scope_body(kernel: RowKernel, scope: Scope, index: str, cached: dict[str, str] | None = None) -> list[str]:
+    """The scope's statements after its loads: from ``b[index]``, or from the row cache (``cached``: buffer ->
+    where its element is kept)."""
+    cached = cached or {}
+    loads = [f"const {n.ctype} ld_{b} = {cached.get(b, f'{b}[{index}]')};" for b, n in scope.identity_loads.items()]
     return loads + scope.stmts
 
 
 # Registers a thread may spend on its share of a cached row: beyond, spills to local memory would cost what the
-# cache saves.
+# cache saves. Shared memory a block may spend on its row: within the 227 KB a Hopper block may opt into; a GPU
+# with less refuses the launch, and the search drops the variant.
 ROW_CACHE_ITEMS, ROW_CACHE_VALUES = 16, 32
+ROW_CACHE_SMEM_BYTES = 200 * 1024
+_SIZEOF = {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "bool": 1}
 
 
-def row_cache(kernel: RowKernel, block: int) -> tuple[frozenset[str], int]:
-    """(buffers, items per thread) that a block-per-row kernel of ``block`` threads keeps in registers: those read
-    at the row's own index in more than one pass over the row; none when a thread's share would not fit."""
+def row_cache(kernel: RowKernel, block: int, where: str = "regs") -> frozenset[str]:
+    """The buffers a block-per-row kernel of ``block`` threads keeps ``where`` ("regs": each thread's share in
+    registers, "smem": the row in shared memory): those read at the row's own index in more than one pass over the
+    row (statistics, then outputs); none when they would not fit."""
     passes = [red.scope for red in kernel.reductions if not red.invariant]
     if kernel.full_outputs:
         passes.append(kernel.out_scope)
@@ -145,10 +149,22 @@ def row_cache(kernel: RowKernel, block: int) -> tuple[frozenset[str], int]:
         for b in scope.identity_loads:
             counts[b] = counts.get(b, 0) + 1
     buffers = frozenset(b for b, n in counts.items() if n > 1)
-    items = -(-kernel.inner // block)
-    if kernel.scan is not None or not buffers or items > ROW_CACHE_ITEMS or items * len(buffers) > ROW_CACHE_VALUES:
-        return frozenset(), 0
-    return buffers, items
+    if where == "regs":
+        items = -(-kernel.inner // block)
+        fits = items <= ROW_CACHE_ITEMS and items * len(buffers) <= ROW_CACHE_VALUES
+    else:
+        fits = _smem_layout(kernel, buffers)[1] <= ROW_CACHE_SMEM_BYTES
+    return buffers if kernel.scan is None and fits else frozenset()
+
+
+def _smem_layout(kernel: RowKernel, buffers: frozenset[str]) -> tuple[dict[str, int], int]:
+    """Byte offsets of the cached rows in shared memory (widest types first, so every row is aligned), and the
+    total."""
+    offsets, total = {}, 0
+    for b in sorted(buffers, key=lambda b: (-_SIZEOF[kernel.reads[b].ctype], b)):
+        offsets[b] = total
+        total += kernel.inner * _SIZEOF[kernel.reads[b].ctype]
+    return offsets, total
 
 
 _CONST = re.compile(r"^const [\w:]+ (?P<name>\w+) = (?P<expr>.*);$")
@@ -183,9 +199,9 @@ def _kahan(acc: str, comp: str, value: str, ctype: str) -> list[str]:
     ]
 
 
-def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache: bool = False) -> list[str]:
-    """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs); ``cache``: a block per row
-    keeps the operands several passes read in registers (``row_cache``)."""
+def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache: str = "none") -> list[str]:
+    """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs); ``cache``: where a block
+    per row keeps the operands several passes read ("regs", "smem": ``row_cache``), or "none"."""
     shape, reduced = kernel.shape, list(kernel.reduced)
     outer = [j for j in range(len(shape)) if j not in reduced]
     full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
@@ -201,16 +217,29 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
     walked = _coords([j for j in reduced if shape[j] != 1], shape, "r")
     start, step = ("threadIdx.x", str(block)) if per_block else ("0", "1")
     loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
-    cached, items = row_cache(kernel, block) if cache and per_block else (frozenset[str](), 0)
-    if cached:
+    cached: dict[str, str] = {}
+    buffers = row_cache(kernel, block, cache) if cache != "none" and per_block else frozenset()
+    if buffers and cache == "regs":
         # Pass k of every loop visits the same element r, so element k of a thread's cache is the one it loaded;
         # unrolled over a compile-time count, the cache arrays live in registers.
+        items = -(-kernel.inner // block)
         loop = (
             f"#pragma unroll\nfor (int k = 0; k < {items}; ++k) "
             f"if (const int64_t r = threadIdx.x + (int64_t)k * {block}; r < {kernel.inner}LL)"
         )
-        lines += [f"{kernel.reads[b].ctype} c_{b}[{items}];" for b in sorted(cached)]
-        lines += _loop(loop, walked + [f"c_{b}[k] = {b}[{full_index}];" for b in sorted(cached)])
+        cached = {b: f"c_{b}[k]" for b in sorted(buffers)}
+        lines += [f"{kernel.reads[b].ctype} c_{b}[{items}];" for b in sorted(buffers)]
+    elif buffers:
+        # Every pass visits the same elements r in each thread: a thread reads back only what it stored, so the
+        # row needs no barrier between the preload and the passes, nor before the next row's preload.
+        offsets, _ = _smem_layout(kernel, buffers)
+        cached = {b: f"s_{b}[r]" for b in sorted(buffers)}
+        lines.append("extern __shared__ __align__(16) unsigned char row_smem[];")
+        for b in sorted(buffers):
+            t = kernel.reads[b].ctype
+            lines.append(f"{t}* const s_{b} = reinterpret_cast<{t}*>(row_smem + {offsets[b]});")
+    if buffers:
+        lines += _loop(loop, walked + [f"{cached[b]} = {b}[{full_index}];" for b in sorted(buffers)])
     for red in kernel.reductions:
         node: Node = red.node
         identity, combine = reduction(node.op, node.ctype)
@@ -296,7 +325,7 @@ def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
         start, stride = f"(int64_t)blockIdx.x * {block} + threadIdx.x", f"(int64_t)gridDim.x * {block}"
         loop = f"for (int64_t o = {start}; o < {kernel.outer}LL; o += {stride})"
         blocks = f"({kernel.outer}LL + {block - 1}) / {block}"
-    body = _row_body(kernel, "cuda", per_block, block, cache=variant.cache == "regs")
+    body = _row_body(kernel, "cuda", per_block, block, variant.cache)
     text = f"""
 __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
     {loop} {{
@@ -304,7 +333,13 @@ __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
     }}
 }}
 """
-    launch = f"{kernel.name}_kernel<<<(unsigned)grid, {block}, 0, stream>>>({names});"
+    smem = _smem_layout(kernel, row_cache(kernel, block, "smem"))[1] if per_block and variant.cache == "smem" else 0
+    launch = f"{kernel.name}_kernel<<<(unsigned)grid, {block}, {smem}, stream>>>({names});"
+    if smem > 48 * 1024:  # past the default per-block limit, a kernel must opt in
+        launch = (
+            f"cudaFuncSetAttribute({kernel.name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem});\n"
+            f"    {launch}"
+        )
     vec_launch = ""
     if _vectorizable(kernel, variant):
         text += _cuda_vec4(kernel, params, block)

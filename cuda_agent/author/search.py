@@ -40,8 +40,13 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     out = [base, *(replace(base, block=b) for b in (512, 128, 1024)), replace(base, vec=1)]
     # Early: a norm's rows read once is its likeliest win. Longer rows fit a thread's register share only with
     # more threads, so the first two block sizes where some row kernel's share fits.
-    cached = [b for b in (256, 512, 1024) if any(isinstance(k, RowKernel) and row_cache(k, b)[0] for k in plan.kernels)]
-    out[1:1] = [replace(base, block=b, cache="regs") for b in cached[:2]]
+    rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
+    in_regs = [b for b in (256, 512, 1024) if any(row_cache(k, b) for k in rows)]
+    # Rows too long for registers at any block size go to shared memory, which holds a block or two per SM: many
+    # threads per block keep enough loads in flight.
+    in_smem = [] if in_regs else [b for b in (1024, 512) if any(row_cache(k, b, "smem") for k in rows)]
+    out[1:1] = [replace(base, block=b, cache="regs") for b in in_regs[:2]]
+    out[1:1] = [replace(base, block=b, cache="smem") for b in in_smem]
     if has_rows:
         out += [replace(base, rows="block"), replace(base, rows="thread")]
     if has_gemm:

@@ -71,13 +71,22 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
     ("source", "knob"),
     [
         (problems.RMSNORM, "cache=regs"),
+        (problems.LONG_ROWS, "cache=smem"),
         (problems.CONV_BIAS_RELU, "conv=exact"),
         (problems.CONV_BIAS_RELU, "conv=tf32"),
         (problems.CONV_ONLY, "conv=direct"),
         (problems.CONV_TRANSPOSE, "conv=exact"),
         (problems.LINEAR_RELU, "gemm=cublas_tf32"),
     ],
-    ids=["row_cache", "cudnn_exact", "cudnn_tf32", "direct_when_alone", "cudnn_transposed_1d", "cublas_tf32"],
+    ids=[
+        "row_in_registers",
+        "row_in_shared_memory",
+        "cudnn_exact",
+        "cudnn_tf32",
+        "direct_when_alone",
+        "cudnn_transposed_1d",
+        "cublas_tf32",
+    ],
 )
 def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: str) -> None:
     variants = author_problem(source, "cuda", tf32=True).variants
@@ -91,6 +100,9 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         assert all("conv=direct " in label for label, _ in variants)
     if knob == "cache=regs":  # the row read once into registers, its later passes read the registers
         assert "c_in0[k] = in0[" in files["kernels/author.cu"] and "ld_in0 = c_in0[k]" in files["kernels/author.cu"]
+    if knob == "cache=smem":  # 80 KB of row: the kernel opts into more than the default 48 KB
+        assert "s_in0[r] = in0[" in files["kernels/author.cu"] and "ld_in0 = s_in0[r]" in files["kernels/author.cu"]
+        assert "cudaFuncAttributeMaxDynamicSharedMemorySize, 80000" in files["kernels/author.cu"]
 
 
 @pytest.mark.sandbox
@@ -159,10 +171,12 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("source", [problems.RMSNORM, problems.SOFTMAX], ids=["rmsnorm", "softmax"])
+@pytest.mark.parametrize(
+    "source", [problems.RMSNORM, problems.SOFTMAX, problems.LONG_ROWS], ids=["rmsnorm", "softmax", "long_rows"]
+)
 def test_every_variant_of_a_row_kernel_is_correct_on_cuda(source: str) -> None:
     """Not only the fastest: each variant the search times (block sizes, a row per thread or per block, the row
-    cached in registers) computes the reference's outputs."""
+    cached in registers or shared memory) computes the reference's outputs."""
     config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
     traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
     verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]

@@ -91,14 +91,15 @@ def test_reshape_coords_keep_untouched_dims() -> None:
         assert torch.arange(6).view(2, 3)[i, j].item() == k
 
 
-def test_a_row_read_in_several_passes_is_cached_when_a_threads_share_fits() -> None:
-    """Softmax passes over its 513-wide rows three times (max, sum, output): the input is the cached buffer, three
-    items a thread at 256 threads; at 32 threads a thread's share (17 items) is past the register budget."""
+def test_a_row_read_in_several_passes_is_cached_where_it_fits() -> None:
+    """Softmax passes over its 513-wide rows three times (max, sum, output): the input is the cached buffer. In
+    registers at 256 threads (three items a thread), not at 32 (17 items, past the register budget); in shared memory
+    (2 KB) at any block size."""
     from cuda_agent.author.emit import ROW_CACHE_ITEMS, row_cache
 
     (kernel,) = _kernels(problems.SOFTMAX)
     assert kernel.inner == 513
-    assert row_cache(kernel, 256) == (frozenset({"in0"}), 3)
-    assert ROW_CACHE_ITEMS < -(-513 // 32) and row_cache(kernel, 32) == (frozenset(), 0)
+    assert row_cache(kernel, 256) == frozenset({"in0"}) == row_cache(kernel, 32, "smem")
+    assert ROW_CACHE_ITEMS < -(-513 // 32) and row_cache(kernel, 32) == frozenset()
     (elementwise,) = _kernels(problems.GELU_RESIDUAL)  # one pass: nothing read twice
-    assert row_cache(elementwise, 256) == (frozenset(), 0)
+    assert row_cache(elementwise, 256) == frozenset() == row_cache(elementwise, 256, "smem")
