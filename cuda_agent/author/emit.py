@@ -39,8 +39,8 @@ class Variant:
     omp: str = "auto"  # cpu: "auto" runs OpenMP threads only for big kernels (waking a team costs more than a
     # small kernel), "always" for every kernel
     # cuda block-per-row kernels that pass over their row more than once (statistics, then outputs): "regs" keeps
-    # each thread's share of the operands read in several passes in registers, so the row is read from memory once
-    # (later passes otherwise re-read it, from L2 at best); "none" re-reads
+    # each thread's share of the operands read in several passes in registers, "smem" the row in shared memory, so
+    # the row is read from memory once (later passes otherwise re-read it, from L2 at best); "none" re-reads
     cache: str = "none"
 
     def label(self) -> str:

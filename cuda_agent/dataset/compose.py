@@ -192,18 +192,24 @@ def _pool(catalogue: Catalogue, options: ComposeOptions) -> list[OperatorSpec]:
     ]
 
 
+_SIZE_ROLES = {ParamRole.INPUT_CHANNELS, ParamRole.INPUT_FEATURES, ParamRole.OUTPUT_SIZE, ParamRole.KERNEL}
+
+
+def _step(op: OperatorSpec, kwargs: dict[str, Any], shape: tuple[int, ...], shapes: ShapeOptions) -> _Step:
+    """``op`` with ``kwargs`` on an input of ``shape``: its output shape, checked against the limits."""
+    out = propagate(op, kwargs, shape, torch.float32)
+    _check_output(op, out, shapes)
+    sized = [p.name for p in op.params if p.role in _SIZE_ROLES and op.kind is OperatorKind.MODULE]
+    return _Step(op, kwargs, sized, tuple(out.shape))
+
+
 def _chain_steps(
     ops: Sequence[OperatorSpec], shape: tuple[int, ...], rng: random.Random, shapes: ShapeOptions
 ) -> list[_Step]:
     steps: list[_Step] = []
     for op in ops:
-        kwargs = _bind(op, shape, rng, shapes)
-        out = propagate(op, kwargs, shape, torch.float32)
-        _check_output(op, out, shapes)
-        size_roles = {ParamRole.INPUT_CHANNELS, ParamRole.INPUT_FEATURES, ParamRole.OUTPUT_SIZE, ParamRole.KERNEL}
-        sized = [p.name for p in op.params if p.role in size_roles and op.kind is OperatorKind.MODULE]
-        steps.append(_Step(op, kwargs, sized, tuple(out.shape)))
-        shape = tuple(out.shape)
+        steps.append(_step(op, _bind(op, shape, rng, shapes), shape, shapes))
+        shape = steps[-1].out_shape
     return steps
 
 
@@ -235,10 +241,8 @@ def _propagated(steps: list[_Step], shape: tuple[int, ...], shapes: ShapeOptions
     """The same operators and arguments on an input of ``shape``."""
     out_steps: list[_Step] = []
     for step in steps:
-        out = propagate(step.op, step.kwargs, shape, torch.float32)
-        _check_output(step.op, out, shapes)
-        shape = tuple(out.shape)
-        out_steps.append(_Step(step.op, step.kwargs, step.size_params, shape))
+        out_steps.append(_step(step.op, step.kwargs, shape, shapes))
+        shape = out_steps[-1].out_shape
     return out_steps
 
 

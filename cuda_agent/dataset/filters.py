@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -148,9 +149,16 @@ def _held(lock: Path | None) -> Iterator[None]:
     if lock is None:
         yield
         return
-    with open(lock, "rb") as fd:  # flock needs no write access: the sandbox binds the file read-only
+    # flock needs no write access (the sandbox binds the file read-only). Not followed if a link, not waited on if
+    # a FIFO: only a regular file is a lock.
+    fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"timing lock {lock} is not a regular file")
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield  # released when the file is closed, or when the process dies
+    finally:
+        os.close(fd)
 
 
 def _run_checks(code: str, options: FilterOptions, passed: list[FilterResult]) -> tuple[float, float | None]:
@@ -322,7 +330,7 @@ def filter_problems(problems: list[tuple[str, str]], options: FilterOptions) -> 
     cache_dir.mkdir(parents=True, exist_ok=True)
     if options.device == "cuda" and options.timing_lock is None:
         timing_lock = root / "gpu-timing.lock"
-        timing_lock.touch()
+        os.close(os.open(timing_lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))  # fresh, ours
         options = options.model_copy(update={"timing_lock": timing_lock})
     verdicts: dict[str, ProblemVerdict] = {}
     lock = threading.Lock()

@@ -125,3 +125,16 @@ def test_timed_runs_wait_for_the_timing_lock(tmp_path: Path) -> None:
         assert checking.is_alive() and not verdicts  # waiting at the lock: everything before timing is done in ms
     checking.join(timeout=60.0)
     assert verdicts and verdicts[0].passed, verdicts
+
+
+def test_a_timing_lock_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo.lock"
+    os.mkfifo(fifo)  # opened for reading without O_NONBLOCK, a FIFO would block until a writer came
+    link = tmp_path / "link.lock"
+    link.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="not a regular file"):
+        check_problem(GOOD, NO_COMPILE.model_copy(update={"timing_lock": fifo}))
+    with pytest.raises(OSError):
+        check_problem(GOOD, NO_COMPILE.model_copy(update={"timing_lock": link}))
