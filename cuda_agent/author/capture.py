@@ -98,6 +98,18 @@ def _arg_extreme(extreme: Any, x: torch.Tensor, dim: int | None = None, keepdim:
     return aten.amin(hits, [dim], keepdim)
 
 
+def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1, alpha: Any = 1) -> torch.Tensor:
+    # torch's own decomposition upcasts 16-bit operands to float32 first: the product would leave the tensor cores
+    # and two casts would be kernels of their own. Here the product keeps its type; the epilogue (scaling, bias) is
+    # computed in float all the same.
+    product = aten.mm(a, b)
+    if alpha != 1:
+        product = aten.mul(product, alpha)
+    if beta == 0:
+        return product
+    return aten.add(product, bias if beta == 1 else aten.mul(bias, beta))
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(
@@ -111,7 +123,6 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
                 aten.native_batch_norm,
                 aten._native_batch_norm_legit,
                 aten.logsumexp,
-                aten.addmm,
                 aten.rsub,
                 aten.linalg_vector_norm,
                 aten.silu,
@@ -120,6 +131,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
             ]
         )
     )
+    table[aten.addmm.default] = _addmm
     for op in (aten.mean.dim, aten.mean.default):
         table[op] = _mean
     table[aten.var_mean.correction] = _var_mean
@@ -247,7 +259,7 @@ def _to_ir(
         resolved = _resolve(fx.args, env)
         env[fx] = add(_convert(name, op, qualified, fx.kwargs, resolved, args, shape, dtype, add))
     for o in outputs:
-        if o.dtype not in ("float32", "float64", "int64"):
+        if o.dtype not in ("float32", "float64", "bfloat16", "float16", "int64"):
             raise Unsupported(f"output of dtype {o.dtype}")
     return Graph(nodes, inputs, params, outputs, single, tensor_pos, arg_count)
 

@@ -4,8 +4,11 @@ allocates buffers and calls the launchers.
 CUDA row kernels run one block per row (threads stride over the reduced dims, warp-shuffle + shared-memory block
 reductions whose result every thread sees) or one thread per row (short rows); elementwise kernels are grid-stride
 loops that move 16 bytes per access (float4) for operands read at the kernel's own index, when the launcher finds
-every such pointer 16-byte aligned. Every launcher is ``extern "C"`` with tensor pointers only (the candidate
-contract); shapes are compile-time constants of the captured problem, checked by model_new.py before any launch.
+every such pointer 16-byte aligned. Products go to cuBLAS (GemmEx) or to our own kernels: register-blocked tiles,
+and WMMA tensor-core tiles for 16-bit operands. bfloat16 and float16 are stored as such and computed in float (as
+ATen's kernels and inductor's do), converted on load and store. Every launcher is ``extern "C"`` with tensor
+pointers only (the candidate contract); shapes are compile-time constants of the captured problem, checked by
+model_new.py before any launch.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from cuda_agent.author.ir import Node, Unsupported, reduction
+from cuda_agent.author.ir import HALF_TYPES, Node, Unsupported, loaded, reduction, stored
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, Scope, contiguous_strides, linear_index
 from cuda_agent.contracts.candidate import KERNELS_DIR, MODEL_NEW_FILE, CandidateForm, CandidateSource
 
@@ -30,8 +33,9 @@ class Variant:
     rows: str = "auto"  # "block": a block per row, "thread": a thread per row, "auto": by row length
     vec: int = 4  # elements per thread and access in elementwise kernels (1 or 4)
     tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
+    micro: int = 1  # outputs per thread along each edge of that tile (held in registers)
     # "cublas": the vendor library where the operands' strides allow it ("cublas_tf32": on TF32 tensor cores), else
-    # "tiled" (ours)
+    # "tiled" (ours), "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
     gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
     # lets cuDNN use tensor cores as PyTorch does by default (faster, within loose tolerances only); "direct" is ours
@@ -45,7 +49,8 @@ class Variant:
 
     def label(self) -> str:
         return (
-            f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} conv={self.conv} "
+            f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} micro={self.micro} "
+            f"conv={self.conv} "
             f"omp={self.omp} cache={self.cache}"
         )
 
@@ -88,6 +93,38 @@ CPU_PRELUDE = """#include <algorithm>
 
 using namespace std;  // exp, fmax, ... resolve to the float overloads as in CUDA device code
 """
+# What the emitted code calls a 16-bit float, and its conversions (ir.HALF_TYPES), when a plan has one. CUDA's own
+# types, converted by intrinsics: torch's build flags (workdir form) switch the types' conversion operators off.
+CUDA_HALF_PRELUDE = """#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+__device__ __forceinline__ float bf16_to_float(nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ nv_bfloat16 float_to_bf16(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ float half_to_float(half v) { return __half2float(v); }
+__device__ __forceinline__ half float_to_half(float v) { return __float2half_rn(v); }
+"""
+# On the host: bfloat16 as its bits, the upper half of a float (rounded to nearest even, a NaN kept a NaN); float16
+# as the compiler's _Float16 (GCC and Clang, x86-64 and AArch64).
+CPU_HALF_PRELUDE = """#include <vector>
+
+struct nv_bfloat16 { uint16_t bits; };
+static inline float bf16_to_float(nv_bfloat16 v) {
+    const uint32_t u = (uint32_t)v.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline nv_bfloat16 float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {(uint16_t)((u >> 16) | 0x40u)};
+    return {(uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+typedef _Float16 half;
+static inline float half_to_float(half v) { return (float)v; }
+static inline half float_to_half(float v) { return (half)v; }
+"""
 _OPS = {"sum": "SumOp", "prod": "ProdOp", "amax": "MaxOp", "amin": "MinOp"}
 
 
@@ -107,15 +144,15 @@ def _coords(dims: list[int], shape: tuple[int, ...], index: str) -> list[str]:
 
 def _params(kernel: RowKernel, device: str) -> tuple[str, str]:
     """(C parameter list, argument names) of a kernel's buffers: reads const, then writes."""
-    decl = [f"const {n.ctype}* __restrict__ {b}" for b, n in kernel.reads.items()]
-    decl += [f"{n.ctype}* __restrict__ {b}" for b, n in kernel.writes.items()]
+    decl = [f"const {n.storage}* __restrict__ {b}" for b, n in kernel.reads.items()]
+    decl += [f"{n.storage}* __restrict__ {b}" for b, n in kernel.writes.items()]
     names = [*kernel.reads, *kernel.writes]
     return ", ".join(decl), ", ".join(names)
 
 
 def _launcher_params(kernel: RowKernel | GemmKernel | ConvKernel, device: str) -> str:
-    decl = [f"const {n.ctype}* {b}" for b, n in kernel.reads.items()]
-    decl += [f"{n.ctype}* {b}" for b, n in kernel.writes.items()]
+    decl = [f"const {n.storage}* {b}" for b, n in kernel.reads.items()]
+    decl += [f"{n.storage}* {b}" for b, n in kernel.writes.items()]
     if device == "cuda":
         decl.append("cudaStream_t stream")
     return ", ".join(decl)
@@ -125,7 +162,10 @@ def _scope_body(kernel: RowKernel, scope: Scope, index: str, cached: dict[str, s
     """The scope's statements after its loads: from ``b[index]``, or from the row cache (``cached``: buffer ->
     where its element is kept)."""
     cached = cached or {}
-    loads = [f"const {n.ctype} ld_{b} = {cached.get(b, f'{b}[{index}]')};" for b, n in scope.identity_loads.items()]
+    loads = [
+        f"const {n.ctype} ld_{b} = {cached.get(b) or loaded(n, f'{b}[{index}]')};"
+        for b, n in scope.identity_loads.items()
+    ]
     return loads + scope.stmts
 
 
@@ -209,7 +249,7 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
         # Elementwise: the row is one element whose flat index is o itself.
         lines = _coords(outer, shape, "o")
         lines += _scope_body(kernel, kernel.out_scope, "o")
-        lines += [f"{b}[o] = {v};" for b, v in kernel.full_outputs]
+        lines += [stored(kernel.writes[b], f"{b}[o]", v) for b, v in kernel.full_outputs]
         return lines
     # Reduced dims of size 1 have coordinate 0 for the whole row: declared once here, since the loops below would
     # each hoist the constant and declare it again.
@@ -239,7 +279,8 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
             t = kernel.reads[b].ctype
             lines.append(f"{t}* const s_{b} = reinterpret_cast<{t}*>(row_smem + {offsets[b]});")
     if buffers:
-        lines += _loop(loop, walked + [f"{cached[b]} = {b}[{full_index}];" for b in sorted(buffers)])
+        fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
+        lines += _loop(loop, walked + fill)
     for red in kernel.reductions:
         node: Node = red.node
         identity, combine = reduction(node.op, node.ctype)
@@ -273,16 +314,17 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
             body += _kahan("running", "comp", kernel.full_outputs[0][1], t)
         else:
             body.append(f"running = {combine.format(a='running', v=kernel.full_outputs[0][1])};")
-        body.append(f"{kernel.full_outputs[0][0]}[{full_index}] = running;")
+        out = kernel.full_outputs[0][0]
+        body.append(stored(kernel.writes[out], f"{out}[{full_index}]", "running"))
         lines += _loop(loop, body)
     elif kernel.full_outputs:
         body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
-        body += [f"{b}[{full_index}] = {v};" for b, v in kernel.full_outputs]
+        body += [stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs]
         lines += _loop(loop, body)
     lines += _scope_body(kernel, kernel.row_scope, full_index)
     if kernel.reduced_outputs:
         guard = "if (threadIdx.x == 0) " if per_block else ""
-        stores = " ".join(f"{b}[{off}] = {var};" for b, var, off in kernel.reduced_outputs)
+        stores = " ".join(stored(kernel.writes[b], f"{b}[{off}]", var) for b, var, off in kernel.reduced_outputs)
         lines.append(guard + "{ " + stores + " }")
     return lines
 
@@ -297,7 +339,7 @@ def _vectorizable(kernel: RowKernel, variant: Variant) -> bool:
         variant.vec == 4
         and not kernel.reduced
         and kernel.outer % 4 == 0
-        and all(n.ctype == "float" for n in [*scope.identity_loads.values(), *kernel.writes.values()])
+        and all(n.storage == "float" for n in [*scope.identity_loads.values(), *kernel.writes.values()])
     )
 
 
@@ -410,38 +452,142 @@ def _strides(g: GemmKernel) -> dict[str, int]:
 
 
 def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
-    t = variant.tile
+    """Our GEMM kernel: a block computes a T x T tile of C, each thread R x R of it held in registers, over K steps
+    of T / R staged in shared memory (R = 1: one output per thread). A thread's outputs are strided by the block's
+    width, so neighbouring threads read neighbouring shared-memory words and write neighbouring columns of C."""
+    t, r = variant.tile, variant.micro
+    w = t // r  # threads along each edge of the tile, and the K step
     s = _strides(g)
-    a, b = g.a.buffer, g.b.buffer
+    a, b, e = g.a.buffer, g.b.buffer, g.node.storage
+    a_load = loaded(g.node, f"pa[row * {s['sam']}LL + k * {s['sak']}LL]")
+    b_load = loaded(g.node, f"pb[k * {s['sbk']}LL + col * {s['sbn']}LL]")
+    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", "acc[i][j]")
     return f"""
-// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n], {t}x{t} output tiles, {t}-wide K steps in shared memory.
-__global__ void {g.name}_kernel(const float* __restrict__ {a}, const float* __restrict__ {b},
-                                float* __restrict__ {g.out}) {{
-    __shared__ float as[{t}][{t + 1}];
-    __shared__ float bs[{t}][{t + 1}];
-    const int64_t batch = blockIdx.z;
-    const int64_t row = (int64_t)blockIdx.y * {t} + threadIdx.y, col = (int64_t)blockIdx.x * {t} + threadIdx.x;
-    const float* pa = {a} + batch * {s["sab"]}LL;
-    const float* pb = {b} + batch * {s["sbb"]}LL;
-    float acc = 0.0f;
-    for (int64_t k0 = 0; k0 < {g.k}LL; k0 += {t}) {{
-        const int64_t ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
-        as[threadIdx.y][threadIdx.x] =
-            (row < {g.m}LL && ka < {g.k}LL) ? pa[row * {s["sam"]}LL + ka * {s["sak"]}LL] : 0.0f;
-        bs[threadIdx.y][threadIdx.x] =
-            (kb < {g.k}LL && col < {g.n}LL) ? pb[kb * {s["sbk"]}LL + col * {s["sbn"]}LL] : 0.0f;
+// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; {t}x{t} tiles of C, {r}x{r} per thread, K steps of {w}.
+__global__ void __launch_bounds__({w * w}) {g.name}_kernel(const {e}* __restrict__ {a}, const {e}* __restrict__ {b},
+                                                        {e}* __restrict__ {g.out}) {{
+    // A's tile transposed (k-major) like B's: the inner loop reads a row of each. One word of padding keeps the
+    // transposing stores off a single bank.
+    __shared__ float as[{w}][{t + 1}];
+    __shared__ float bs[{w}][{t + 1}];
+    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * {t}, col0 = (int64_t)blockIdx.x * {t};
+    const int tx = threadIdx.x % {w}, ty = threadIdx.x / {w};
+    const {e}* pa = {a} + batch * {s["sab"]}LL;
+    const {e}* pb = {b} + batch * {s["sbb"]}LL;
+    float acc[{r}][{r}] = {{}};
+    for (int64_t k0 = 0; k0 < {g.k}LL; k0 += {w}) {{
+        for (int idx = threadIdx.x; idx < {t * w}; idx += {w * w}) {{
+            {{
+                const int64_t row = row0 + idx / {w}, k = k0 + idx % {w};
+                as[idx % {w}][idx / {w}] = (row < {g.m}LL && k < {g.k}LL) ? {a_load} : 0.0f;
+            }}
+            {{
+                const int64_t k = k0 + idx / {t}, col = col0 + idx % {t};
+                bs[idx / {t}][idx % {t}] = (k < {g.k}LL && col < {g.n}LL) ? {b_load} : 0.0f;
+            }}
+        }}
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < {t}; ++kk) acc += as[threadIdx.y][kk] * bs[kk][threadIdx.x];
+        for (int kk = 0; kk < {w}; ++kk) {{
+            float av[{r}], bv[{r}];
+#pragma unroll
+            for (int i = 0; i < {r}; ++i) av[i] = as[kk][ty + i * {w}];
+#pragma unroll
+            for (int j = 0; j < {r}; ++j) bv[j] = bs[kk][tx + j * {w}];
+#pragma unroll
+            for (int i = 0; i < {r}; ++i)
+#pragma unroll
+                for (int j = 0; j < {r}; ++j) acc[i][j] += av[i] * bv[j];
+        }}
         __syncthreads();
     }}
-    if (row < {g.m}LL && col < {g.n}LL) {g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col] = acc;
+#pragma unroll
+    for (int i = 0; i < {r}; ++i)
+#pragma unroll
+        for (int j = 0; j < {r}; ++j) {{
+            const int64_t row = row0 + ty + i * {w}, col = col0 + tx + j * {w};
+            if (row < {g.m}LL && col < {g.n}LL) {out}
+        }}
 }}
 
 extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
-    dim3 block({t}, {t});
     dim3 grid(({g.n} + {t - 1}) / {t}, ({g.m} + {t - 1}) / {t}, {g.batch});
-    {g.name}_kernel<<<grid, block, 0, stream>>>({a}, {b}, {g.out});
+    {g.name}_kernel<<<grid, {w * w}, 0, stream>>>({a}, {b}, {g.out});
+}}
+"""
+
+
+def _cuda_gemm_wmma(g: GemmKernel) -> str:
+    """Our GEMM kernel for 16-bit operands, on tensor cores through WMMA (sm_80 and later): 64x64 tiles of C per
+    block of four warps, 32x32 per warp as 2x2 fragments of 16x16, K steps of 32 staged in shared memory, float
+    accumulators written out through shared memory (WMMA's fragment layout is opaque), rounded once."""
+    s = _strides(g)
+    a, b, e = g.a.buffer, g.b.buffer, g.node.storage
+    to_storage = HALF_TYPES[g.node.dtype][2]
+    a_elem, b_elem = f"pa[row * {s['sam']}LL + k * {s['sak']}LL]", f"pb[k * {s['sbk']}LL + col * {s['sbn']}LL]"
+    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", "cs[idx / 64][idx % 64]")
+    return f"""
+// {g.node.op} on tensor cores: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 64x64 tiles, 32x32 per warp, K steps of 32.
+__global__ void __launch_bounds__(128) {g.name}_kernel(const {e}* __restrict__ {a}, const {e}* __restrict__ {b},
+                                                    {e}* __restrict__ {g.out}) {{
+    using namespace nvcuda;
+    // Rows padded by 16 bytes (a multiple of 8 elements, as WMMA's leading dimensions must be) against bank
+    // conflicts; every fragment's origin stays 32-byte aligned.
+    __shared__ __align__(32) {e} as[64][40];
+    __shared__ __align__(32) {e} bs[32][72];
+    __shared__ __align__(32) float cs[64][68];
+    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 64, col0 = (int64_t)blockIdx.x * 64;
+    const int warp = threadIdx.x / 32, wy = warp / 2, wx = warp % 2;
+    const {e}* pa = {a} + batch * {s["sab"]}LL;
+    const {e}* pb = {b} + batch * {s["sbb"]}LL;
+    const {e} zero = {to_storage}(0.0f);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+    for (int64_t k0 = 0; k0 < {g.k}LL; k0 += 32) {{
+        for (int idx = threadIdx.x; idx < 2048; idx += 128) {{
+            {{
+                const int64_t row = row0 + idx / 32, k = k0 + idx % 32;
+                as[idx / 32][idx % 32] = (row < {g.m}LL && k < {g.k}LL) ? {a_elem} : zero;
+            }}
+            {{
+                const int64_t k = k0 + idx / 64, col = col0 + idx % 64;
+                bs[idx / 64][idx % 64] = (k < {g.k}LL && col < {g.n}LL) ? {b_elem} : zero;
+            }}
+        }}
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < 32; kk += 16) {{
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, {e}, wmma::row_major> af[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, {e}, wmma::row_major> bf[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(af[i], &as[wy * 32 + i * 16][kk], 40);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(bf[j], &bs[kk][wx * 32 + j * 16], 72);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
+        }}
+        __syncthreads();
+    }}
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            wmma::store_matrix_sync(&cs[wy * 32 + i * 16][wx * 32 + j * 16], acc[i][j], 68, wmma::mem_row_major);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 4096; idx += 128) {{
+        const int64_t row = row0 + idx / 64, col = col0 + idx % 64;
+        if (row < {g.m}LL && col < {g.n}LL) {out}
+    }}
+}}
+
+extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
+    dim3 grid(({g.n} + 63) / 64, ({g.m} + 63) / 64, {g.batch});
+    {g.name}_kernel<<<grid, 128, 0, stream>>>({a}, {b}, {g.out});
 }}
 """
 
@@ -460,47 +606,60 @@ def _blas_operand(rows_stride: int, cols_stride: int, rows: int, cols: int) -> t
     return None
 
 
+# The cuBLAS data type of each dtype a product may have (plan.py refuses the others).
+_CUDA_DATA_TYPES = {"float32": "CUDA_R_32F", "bfloat16": "CUDA_R_16BF", "float16": "CUDA_R_16F"}
+
+
 def _cublas_gemm(g: GemmKernel, tf32: bool) -> str | None:
-    """C = A @ B through cublasSgemmStridedBatched: row-major C is column-major C^T = B^T A^T, so B goes first.
-    FP32 math (no TF32) unless ``tf32``: only loose tolerance profiles admit TF32's rounding."""
+    """C = A @ B through cublasGemmStridedBatchedEx: row-major C is column-major C^T = B^T A^T, so B goes first.
+    FP32 accumulation for every storage type, as PyTorch's products; FP32 math (no TF32) unless ``tf32``: only loose
+    tolerance profiles admit TF32's rounding."""
     s = _strides(g)
     b_op = _blas_operand(s["sbk"], s["sbn"], g.k, g.n)
     a_op = _blas_operand(s["sam"], s["sak"], g.m, g.k)
     if a_op is None or b_op is None:
         return None
-    a, b = g.a.buffer, g.b.buffer
+    a, b, dt = g.a.buffer, g.b.buffer, _CUDA_DATA_TYPES[g.node.dtype]
+    compute = "CUBLAS_COMPUTE_32F_FAST_TF32" if tf32 and g.node.dtype == "float32" else "CUBLAS_COMPUTE_32F"
     return f"""
 // {g.node.op} on cuBLAS: one handle per process (created on first use, bound to the caller's stream each call).
 extern "C" int {g.name}({_launcher_params(g, "cuda")}) {{
     static cublasHandle_t handle = nullptr;
-    if (handle == nullptr) {{
-        if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
-        cublasSetMathMode(handle, {"CUBLAS_TF32_TENSOR_OP_MATH" if tf32 else "CUBLAS_DEFAULT_MATH"});
-    }}
+    if (handle == nullptr && cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
     cublasSetStream(handle, stream);
     const float alpha = 1.0f, beta = 0.0f;
-    return (int)cublasSgemmStridedBatched(handle, {b_op[0]}, {a_op[0]}, {g.n}, {g.m}, {g.k}, &alpha,
-        {b}, {b_op[1]}, {s["sbb"]}LL, {a}, {a_op[1]}, {s["sab"]}LL, &beta, {g.out}, {g.n}, {g.m * g.n}LL, {g.batch});
+    return (int)cublasGemmStridedBatchedEx(handle, {b_op[0]}, {a_op[0]}, {g.n}, {g.m}, {g.k}, &alpha,
+        {b}, {dt}, {b_op[1]}, {s["sbb"]}LL, {a}, {dt}, {a_op[1]}, {s["sab"]}LL, &beta,
+        {g.out}, {dt}, {g.n}, {g.m * g.n}LL, {g.batch}, {compute}, CUBLAS_GEMM_DEFAULT);
 }}
 """
 
 
 def _cpu_gemm(g: GemmKernel, variant: Variant) -> str:
     s = _strides(g)
-    a, b = g.a.buffer, g.b.buffer
+    a, b, e = g.a.buffer, g.b.buffer, g.node.storage
+    row = f"{g.out} + batch * {g.m * g.n}LL + m * {g.n}LL"
+    if e == "float":
+        accumulate, store = f"float* c = {row};", ""
+    else:  # a 16-bit product accumulates its row in float and rounds once, as cuBLAS does
+        accumulate = f"std::vector<float> acc({g.n}); float* c = acc.data(); {e}* out_row = {row};"
+        store = f"for (int64_t n = 0; n < {g.n}LL; ++n) {stored(g.node, 'out_row[n]', 'c[n]')}"
+    a_load = loaded(g.node, f"{a}[batch * {s['sab']}LL + m * {s['sam']}LL + k * {s['sak']}LL]")
+    b_load = loaded(g.node, f"brow[n * {s['sbn']}LL]")
     return f"""
 // {g.node.op}: rows of C in parallel; the k loop outside the n loop streams rows of B.
 extern "C" void {g.name}({_launcher_params(g, "cpu")}) {{
     {variant.omp_pragma(g.batch * g.m * g.n * g.k, "collapse(2) ")}
     for (int64_t batch = 0; batch < {g.batch}LL; ++batch) {{
         for (int64_t m = 0; m < {g.m}LL; ++m) {{
-            float* c = {g.out} + batch * {g.m * g.n}LL + m * {g.n}LL;
+            {accumulate}
             for (int64_t n = 0; n < {g.n}LL; ++n) c[n] = 0.0f;
             for (int64_t k = 0; k < {g.k}LL; ++k) {{
-                const float av = {a}[batch * {s["sab"]}LL + m * {s["sam"]}LL + k * {s["sak"]}LL];
-                const float* brow = {b} + batch * {s["sbb"]}LL + k * {s["sbk"]}LL;
-                for (int64_t n = 0; n < {g.n}LL; ++n) c[n] += av * brow[n * {s["sbn"]}LL];
+                const float av = {a_load};
+                const {e}* brow = {b} + batch * {s["sbb"]}LL + k * {s["sbk"]}LL;
+                for (int64_t n = 0; n < {g.n}LL; ++n) c[n] += av * {b_load};
             }}
+            {store}
         }}
     }}
 }}
@@ -691,6 +850,8 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
 
 def emit_source(plan: Plan, device: str, variant: Variant) -> str:
     parts = [CUDA_PRELUDE if device == "cuda" else CPU_PRELUDE]
+    if any(n.dtype in HALF_TYPES for n in plan.graph.nodes):
+        parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)
     blas = dnn = False
     for k in plan.kernels:
         if isinstance(k, ConvKernel) and device == "cuda" and variant.conv != "direct":
@@ -701,7 +862,8 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         elif isinstance(k, GemmKernel) and device == "cuda":
             vendor = _cublas_gemm(k, variant.gemm == "cublas_tf32") if variant.gemm.startswith("cublas") else None
             blas = blas or vendor is not None
-            parts.append(vendor or _cuda_gemm(k, variant))
+            wmma = variant.gemm == "wmma" and k.node.dtype in HALF_TYPES
+            parts.append(vendor or (_cuda_gemm_wmma(k) if wmma else _cuda_gemm(k, variant)))
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))
         else:

@@ -113,7 +113,30 @@ def reduction(op: str, ctype: str) -> tuple[str, str]:
     return identity, combine
 
 
-DTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "bool"}
+# dtype -> the C type its values are computed in.
+DTYPES = {
+    "float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "bool",
+    "bfloat16": "float", "float16": "float",
+}  # fmt: skip
+# 16-bit floats are stored as such and computed in float, as ATen's kernels and inductor's do: (the C type in memory,
+# its load conversion, its store conversion). The preludes define these names for both devices; the conversions are
+# functions, not the CUDA types' operators, which torch's build flags (workdir form) switch off.
+HALF_TYPES = {
+    "bfloat16": ("nv_bfloat16", "bf16_to_float", "float_to_bf16"),
+    "float16": ("half", "half_to_float", "float_to_half"),
+}
+
+
+def loaded(node: Node, element: str) -> str:
+    """The value of ``element``, an element of ``node``'s buffer, in its compute type."""
+    half = HALF_TYPES.get(node.dtype)
+    return f"{half[1]}({element})" if half else element
+
+
+def stored(node: Node, target: str, value: str) -> str:
+    """The statement storing ``value`` (compute type) into ``target``, an element of ``node``'s buffer."""
+    half = HALF_TYPES.get(node.dtype)
+    return f"{target} = {half[2]}({value});" if half else f"{target} = {value};"
 
 
 @dataclass(eq=False)
@@ -133,6 +156,12 @@ class Node:
     @property
     def ctype(self) -> str:
         return DTYPES[self.dtype]
+
+    @property
+    def storage(self) -> str:
+        """The C type of the node's elements in memory (``ctype`` is the one they are computed in)."""
+        half = HALF_TYPES.get(self.dtype)
+        return half[0] if half else self.ctype
 
     def inputs(self) -> list[Node]:
         return [a for a in self.args if isinstance(a, Node)]

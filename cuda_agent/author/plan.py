@@ -17,7 +17,18 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from cuda_agent.author.ir import BINARY, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported, reduction
+from cuda_agent.author.ir import (
+    BINARY,
+    HALF_TYPES,
+    REDUCTIONS,
+    UNARY,
+    Graph,
+    Node,
+    OpKind,
+    Unsupported,
+    loaded,
+    reduction,
+)
 
 Coords = tuple[str, ...]
 
@@ -452,7 +463,7 @@ class Planner:
                 sizes.append(str(k))
             else:
                 sizes.append(f"(({start} + {k}LL < {n + pad}LL ? {start} + {k}LL : {n + pad}LL) - {start})")
-        load = f"{buffer}[{linear_index(src.shape, (*coords[:first], *taps))}]"
+        load = loaded(src, f"{buffer}[{linear_index(src.shape, (*coords[:first], *taps))}]")
         lines += [f"{var} = {combine.format(a=var, v=load)};", *([f"++n_{var};"] if counted else [])]
         scope.stmts += [*lines, *("}" * len(taps))]
         if a["reduce"] == "amax":
@@ -468,7 +479,7 @@ class Planner:
             # Read at the kernel's own element: emit.py may load these 16 bytes at a time.
             scope.identity_loads[buffer] = node
             return f"ld_{buffer}"
-        return f"{buffer}[{linear_index(node.shape, coords)}]"
+        return loaded(node, f"{buffer}[{linear_index(node.shape, coords)}]")
 
     def _pointwise(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
         vals = []
@@ -579,7 +590,8 @@ class Planner:
         return Operand(buffer, self.buffers[buffer], strides)
 
     def _gemm(self, node: Node, out: str) -> GemmKernel:
-        if node.dtype != "float32":
+        # The vendor call and our kernels read both operands as the product's type (mixed types would be casts first).
+        if node.dtype not in ("float32", *HALF_TYPES) or any(x.dtype != node.dtype for x in node.args[:2]):
             raise Unsupported(f"{node.op} in {node.dtype}")
         a, b = (self._operand(x) for x in node.args[:2])
         ash, bsh = node.args[0].shape, node.args[1].shape
@@ -685,6 +697,10 @@ def pointwise_expr(node: Node, v: list[str]) -> str:
         return UNARY[op].format(*v)
     if op in BINARY:
         return BINARY[op].format(*v)
+    if op == "cast" and node.dtype in HALF_TYPES:
+        # Rounded to the 16-bit type as the reference's cast rounds it, though the value goes on in float.
+        _, load, store = HALF_TYPES[node.dtype]
+        return f"{load}({store}((float)({v[0]})))"
     if op == "cast":
         return f"(({t})({v[0]}))"
     if op == "clamp":

@@ -18,7 +18,7 @@ from typing import Any
 
 from cuda_agent.author.capture import capture_problem
 from cuda_agent.author.emit import Variant, candidate_files, row_cache
-from cuda_agent.author.ir import Unsupported
+from cuda_agent.author.ir import HALF_TYPES, Unsupported
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
 
 DEFAULT_BUDGET_S = 180.0
@@ -34,13 +34,23 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # A library call is not custom work (the build refuses a candidate whose only kernels are cuBLAS or cuDNN
     # calls): a plan of contractions and convolutions alone runs on our own GEMM and convolution kernels.
     own_only = not any(isinstance(k, RowKernel) for k in plan.kernels)
-    base = Variant(gemm="tiled", conv="direct") if own_only else Variant()
+    gemms = [k for k in plan.kernels if isinstance(k, GemmKernel)]
+    # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
+    # then the 32 and 16 tiles of an output per thread.
+    ours = [Variant(gemm="wmma", tile=128, micro=8)] if any(k.node.dtype in HALF_TYPES for k in gemms) else []
+    ours += [Variant(gemm="tiled", tile=t, micro=r) for t, r in ((128, 8), (32, 1), (16, 1))]
+    base = replace(ours[0], conv="direct") if own_only else Variant()
     has_rows = any(isinstance(k, RowKernel) and k.reduced for k in plan.kernels)
-    has_gemm = any(isinstance(k, GemmKernel) for k in plan.kernels)
-    out = [base, *(replace(base, block=b) for b in (512, 128, 1024)), replace(base, vec=1)]
+    rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
+    # Block sizes shape the row kernels and our direct convolution; the vector width, elementwise row kernels.
+    # Our GEMM kernel's launch is its tile's: a plan of products alone varies the tile only.
+    out = [base]
+    if rows or any(isinstance(k, ConvKernel) for k in plan.kernels):
+        out += [replace(base, block=b) for b in (512, 128, 1024)]
+    if rows:
+        out.append(replace(base, vec=1))
     # Early: a norm's rows read once is its likeliest win. Longer rows fit a thread's register share only with
     # more threads, so the first two block sizes where some row kernel's share fits.
-    rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
     in_regs = [b for b in (256, 512, 1024) if any(row_cache(k, b) for k in rows)]
     # Rows too long for registers at any block size go to shared memory, which holds a block or two per SM: many
     # threads per block keep enough loads in flight.
@@ -49,11 +59,15 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     out[1:1] = [replace(base, block=b, cache="smem") for b in in_smem]
     if has_rows:
         out += [replace(base, rows="block"), replace(base, rows="thread")]
-    if has_gemm:
-        out += [replace(base, gemm="tiled"), replace(base, gemm="tiled", tile=16)]
+    if gemms:
+        out += [replace(base, gemm=v.gemm, tile=v.tile, micro=v.micro) for v in ours]
     if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
         has_conv = any(isinstance(k, ConvKernel) for k in plan.kernels)
-        out.append(replace(base, gemm="cublas_tf32" if has_gemm else base.gemm, conv="tf32" if has_conv else base.conv))
+        # TF32 is a way to multiply float32 operands: 16-bit products are on tensor cores already.
+        fp32_gemm = any(k.node.dtype == "float32" for k in gemms)
+        out.append(
+            replace(base, gemm="cublas_tf32" if fp32_gemm else base.gemm, conv="tf32" if has_conv else base.conv)
+        )
     return list(dict.fromkeys(out))
 
 

@@ -60,3 +60,28 @@ CONV_WIDE = problem(
     "        return torch.relu(self.conv(x))",
     "[torch.randn(8, 64, 32, 32)]",
 )
+# 16-bit floats: stored as such, computed in float (a product, its epilogue, a row reduction, a rounding cast).
+BF16_LINEAR_SOFTMAX = problem(
+    "        self.fc = nn.Linear(64, 48).to(torch.bfloat16)",
+    "        return torch.softmax(torch.relu(self.fc(x)) * 2.0, dim=-1)",
+    "[torch.randn(40, 64, dtype=torch.bfloat16)]",
+)
+FP16_NORM_CAST = problem(
+    "        self.norm = nn.LayerNorm(96).to(torch.float16)",
+    "        return (self.norm(x).float() * y).to(torch.float16)",
+    "[torch.randn(32, 96, dtype=torch.float16), torch.randn(32, 96)]",
+    args="x, y",
+)
+# Products alone (our GEMM kernels, every tile), at sizes no tile divides.
+BF16_GEMM_ODD = problem(
+    "        pass",
+    "        return a @ b",
+    "[torch.randn(100, 50, dtype=torch.bfloat16), torch.randn(50, 70, dtype=torch.bfloat16)]",
+    args="a, b",
+)
+BMM_TRANSPOSED = problem(
+    "        pass",
+    "        return torch.bmm(a, b.transpose(1, 2))",
+    "[torch.randn(3, 130, 37), torch.randn(3, 66, 37)]",
+    args="a, b",
+)

@@ -32,6 +32,8 @@ CPU = RolloutConfig(device=Device.CPU, timing_trials=3, warmup=1, correctness_tr
         pytest.param(problems.RMSNORM, id="rmsnorm", marks=pytest.mark.slow),
         pytest.param(problems.SOFTMAX, id="softmax", marks=pytest.mark.slow),
         pytest.param(problems.SUM_SUBTRACT, id="sum_subtract", marks=pytest.mark.slow),
+        pytest.param(problems.BF16_LINEAR_SOFTMAX, id="bf16_linear_softmax"),
+        pytest.param(problems.FP16_NORM_CAST, id="fp16_norm_cast", marks=pytest.mark.slow),
     ],
 )
 def test_heuristic_returns_a_verified_cpu_candidate(source: str) -> None:
@@ -77,6 +79,7 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
         (problems.CONV_ONLY, "conv=direct"),
         (problems.CONV_TRANSPOSE, "conv=exact"),
         (problems.LINEAR_RELU, "gemm=cublas_tf32"),
+        (problems.LINEAR_RELU, "micro=8"),
     ],
     ids=[
         "row_in_registers",
@@ -86,6 +89,7 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
         "direct_when_alone",
         "cudnn_transposed_1d",
         "cublas_tf32",
+        "gemm_in_registers",
     ],
 )
 def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: str) -> None:
@@ -103,6 +107,27 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
     if knob == "cache=smem":  # 80 KB of row: the kernel opts into more than the default 48 KB
         assert "s_in0[r] = in0[" in files["kernels/author.cu"] and "ld_in0 = s_in0[r]" in files["kernels/author.cu"]
         assert "cudaFuncAttributeMaxDynamicSharedMemorySize, 80000" in files["kernels/author.cu"]
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize(
+    ("source", "knob"),
+    [(problems.BF16_LINEAR_SOFTMAX, "gemm=wmma"), (problems.FP16_NORM_CAST, "cache=regs")],
+    ids=["bf16", "fp16"],
+)
+def test_16_bit_floats_compile_with_nvcc(source: str, knob: str) -> None:
+    """Stored 16-bit, computed in float: cuBLAS with 16-bit operands (bf16), our GEMM kernel on tensor cores and a
+    row cached in registers, converted on load and store by name (torch's build flags switch the operators off)."""
+    variants = author_problem(source, "cuda", tf32=True).variants
+    assert not any("cublas_tf32" in label for label, _ in variants)  # no TF32 variant of a 16-bit product
+    for label, files in [variants[0], next((label, f) for label, f in variants if knob in label.split())]:
+        request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
+        result = LocalBackend().compile(request)
+        assert result.status is CompileStatus.OK, (label, result.log[-3000:])
+        text = files["kernels/author.cu"]
+        assert "float_to_" in text and "_to_float(" in text, label
+    if knob == "gemm=wmma":
+        assert "CUDA_R_16BF" in variants[0][1]["kernels/author.cu"]
 
 
 @pytest.mark.sandbox
@@ -172,11 +197,21 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "source", [problems.RMSNORM, problems.SOFTMAX, problems.LONG_ROWS], ids=["rmsnorm", "softmax", "long_rows"]
+    "source",
+    [
+        problems.RMSNORM,
+        problems.SOFTMAX,
+        problems.LONG_ROWS,
+        problems.BF16_LINEAR_SOFTMAX,
+        problems.BF16_GEMM_ODD,
+        problems.BMM_TRANSPOSED,
+    ],
+    ids=["rmsnorm", "softmax", "long_rows", "bf16_linear_softmax", "bf16_gemm", "bmm_transposed"],
 )
-def test_every_variant_of_a_row_kernel_is_correct_on_cuda(source: str) -> None:
+def test_every_variant_is_correct_on_cuda(source: str) -> None:
     """Not only the fastest: each variant the search times (block sizes, a row per thread or per block, the row
-    cached in registers or shared memory) computes the reference's outputs."""
+    cached in registers or shared memory, our GEMM kernels: WMMA, register-blocked, tiled) computes the reference's
+    outputs."""
     config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
     traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
     verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]

@@ -44,8 +44,8 @@ def cuda_extension(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("cuda_extension")
 @pytest.mark.parametrize(
     "source",
-    [problems.LINEAR_RELU, problems.RMSNORM, BATCHNORM, problems.CONV_ONLY],
-    ids=["linear", "rms", "bn", "conv_only"],
+    [problems.LINEAR_RELU, problems.RMSNORM, BATCHNORM, problems.CONV_ONLY, problems.BF16_LINEAR_SOFTMAX],
+    ids=["linear", "rms", "bn", "conv_only", "bf16"],
 )
 def test_workdir_variants_follow_the_paper_rules_and_take_the_reference_state(source: str) -> None:
     authored = author_problem(source, "cuda", tf32=True, form="workdir")
