@@ -103,9 +103,11 @@ class TrainConfig(BaseModel):
     mixed_precision: bool = Field(True, description="bf16 autocast on CUDA; CPU always runs in float32.")
     compile_model: Literal["inductor", "aot_eager"] | None = Field(
         None,
-        description="torch.compile backend for the training forwards (policy, critic, reference) and their token "
-        "logprobs, with dynamic shapes: 'inductor' fuses the elementwise work into generated kernels, 'aot_eager' "
-        "traces the same graphs without code generation (a quick check); None: eager. Sampling stays eager.",
+        description="torch.compile backend for the training forwards (policy, critic, reference), with dynamic "
+        "shapes: each decoder layer is compiled in place, one graph serving every layer (a model without a stack of "
+        "identical layers is compiled whole, with its token logprobs); 'inductor' fuses the elementwise work into "
+        "generated kernels, 'aot_eager' traces the same graphs without code generation (a quick check); None: eager. "
+        "Sampling stays eager.",
     )
     checkpoint_every: int = Field(50, ge=1, le=MAX_TRAIN_STEPS, description="Steps between checkpoints.")
     keep_checkpoints: int = Field(2, ge=1, le=1000, description="Most recent checkpoints kept; older are deleted.")

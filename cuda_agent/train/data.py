@@ -268,6 +268,8 @@ class _LogprobsAndEntropy(torch.autograd.Function):
 
 def token_logprobs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each target token under the model, and the entropy of each predicted distribution ([B, L-1])."""
-    logits = model(input_ids=batch.input_ids).logits[:, :-1]  # no attention mask: see Batch
+    # No attention mask: see Batch. No KV cache: transformers builds one by default even for a training forward, and
+    # under compilation its per-layer entry (cache.layers[layer_idx]) would give each decoder layer a graph of its own.
+    logits = model(input_ids=batch.input_ids, use_cache=False).logits[:, :-1]
     taken, entropy = _LogprobsAndEntropy.apply(logits, batch.input_ids[:, 1:])
     return taken, entropy

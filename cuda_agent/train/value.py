@@ -48,7 +48,8 @@ class Critic(nn.Module):
     def forward(self, batch: Batch) -> torch.Tensor:
         """Values aligned with the batch's targets ([B, L-1]): position t values the prefix ending at t, the state
         in which target t+1 is chosen."""
-        hidden = self.backbone(input_ids=batch.input_ids).last_hidden_state  # no attention mask: see Batch
+        # No attention mask (see Batch), no KV cache (see token_logprobs).
+        hidden = self.backbone(input_ids=batch.input_ids, use_cache=False).last_hidden_state
         # The head runs in float32 even under bf16 autocast: GAE subtracts values that differ in the third digit.
         with torch.autocast(device_type=hidden.device.type, enabled=False):
             return self.head(hidden[:, :-1].float()).squeeze(-1)

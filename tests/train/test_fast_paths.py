@@ -1,6 +1,7 @@
 """The training step's fast paths give the plain computation's results: token logprobs and entropies with their own
-backward, models run on right-padded batches without an attention mask, and compiled forwards (compile_model),
-whose checkpoints resume eager runs; the critic's L2 gradient added in one fused update."""
+backward, models run on right-padded batches without an attention mask, and compiled forwards (compile_model: each
+decoder layer compiled in place, one graph for all), whose checkpoints resume eager runs; the critic's L2 gradient
+added in one fused update."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
+from torch import nn
+from torch._dynamo.utils import counters
 
 from cuda_agent.contracts.agent import AssistantTurn, RewardEvent, RolloutConfig, Trajectory, TurnRecord
 from cuda_agent.contracts.train import RunState, TrainConfig
 from cuda_agent.eval.reward import reward_for
 from cuda_agent.train.data import TrainingSequence, collate, token_logprobs
 from cuda_agent.train.ppo import Policy
-from cuda_agent.train.run import Distributed, RunDir, Trainer, run_stage
+from cuda_agent.train.run import Distributed, RunDir, Trainer, _repeated_blocks, run_stage
 from cuda_agent.train.toy import TOY_WORDS
 from cuda_agent.train.value import Critic, add_l2_gradient
 from tests.train.conftest import MODEL_NAME
@@ -28,7 +31,7 @@ ACTOR_AND_CRITIC_LR = 3e-3  # large enough for a random tiny model to move in a 
 
 def model_returning(logits: torch.Tensor) -> Any:
     """A stand-in for a causal LM whose output is these logits, whatever its input."""
-    return lambda input_ids: SimpleNamespace(logits=logits)
+    return lambda input_ids, use_cache: SimpleNamespace(logits=logits)
 
 
 def test_token_logprobs_and_their_gradients_match_log_softmax() -> None:
@@ -158,6 +161,62 @@ def test_compiled_ppo_steps_match_eager_and_resume_eager(tiny_model: Path, tmp_p
     resumed = Trainer("ppo", ppo_config(tiny_model, None), Distributed(0, 1, 0), checkpoint, None, varied_rollout)
     assert resumed.step == 2
     assert trained_metrics(resumed.run_step()) == pytest.approx(compiled_metrics[2], rel=1e-4, abs=1e-6)
+
+
+def test_the_repeated_blocks_are_the_decoder_layers(tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    assert _repeated_blocks(policy := AutoModelForCausalLM.from_pretrained(tiny_model)) is policy.model.layers
+    assert _repeated_blocks(critic := Critic.from_pretrained(tiny_model)) is critic.backbone.layers
+    # Identical blocks that hold little of the weights are not where the time goes: the model is compiled whole.
+    small_blocks = nn.Sequential(nn.Embedding(1000, 16), nn.ModuleList([nn.Linear(16, 16), nn.Linear(16, 16)]))
+    assert _repeated_blocks(small_blocks) is None
+    assert _repeated_blocks(nn.Sequential(nn.Linear(16, 16), nn.ReLU())) is None
+
+
+def test_compiled_training_compiles_each_decoder_layer_once_and_samples_eagerly(tiny_model: Path) -> None:
+    torch._dynamo.reset()  # compiled code outlives the tests that compiled it: count this test's alone
+    counters.clear()
+    compiled_while_sampling = []
+
+    def generating_rollout(policy: Policy, config: TrainConfig, step: int, rank: int) -> list[Trajectory]:
+        compiled_before = counters["frames"]["total"]
+        prompt = torch.tensor([[1, 4, 5]])
+        policy.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, do_sample=False)
+        compiled_while_sampling.append(counters["frames"]["total"] - compiled_before)
+        return varied_rollout(policy, config, step, rank)
+
+    eager = Trainer("ppo", ppo_config(tiny_model, None), Distributed(0, 1, 0), None, None, generating_rollout)
+    compiled = Trainer("ppo", ppo_config(tiny_model, "aot_eager"), Distributed(0, 1, 0), None, None, generating_rollout)
+    assert compiled.critic is not None and compiled.reference is not None and eager.critic is not None
+    models = {"policy": compiled.policy, "critic": compiled.critic, "reference": compiled.reference}
+    layers = {"policy": "model.layers", "critic": "backbone.layers", "reference": "model.layers"}
+    for name, model in models.items():
+        compiled_modules = {path for path, m in model.named_modules() if m._compiled_call_impl is not None}
+        assert compiled_modules == {f"{layers[name]}.0", f"{layers[name]}.1"}, name
+    # Module.compile leaves the module tree as it is: no _orig_mod in the names checkpoints are saved under.
+    assert compiled.policy.state_dict().keys() == eager.policy.state_dict().keys()
+    assert compiled.critic.state_dict().keys() == eager.critic.state_dict().keys()
+
+    generator = torch.Generator().manual_seed(0)
+    sequences = []
+    for length in (9, 4, 6):
+        ids = torch.randint(4, len(TOY_WORDS) + 4, (length,), generator=generator).tolist()
+        sequences.append(TrainingSequence("t", ids, [1] * length, [0.0] * length, [0.0] * length, 0.0, False))
+    batch = collate(sequences, pad_id=0)
+    for got, expected in zip(
+        (*compiled._logprobs(compiled.policy, batch), compiled.critic(batch)),
+        (*eager._logprobs(eager.policy, batch), eager.critic(batch)),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, expected)
+    assert counters["stats"]["unique_graphs"] == 1  # one layer graph, run by the policy's and the critic's layers
+
+    compiled.run_step()
+    assert compiled_while_sampling == [0]  # generate ran the compiled layers eagerly
+    # The step added the graphs without grad (the critic's rollout values) and of the frozen reference; neither a
+    # layer's index nor its model asked for one of its own.
+    assert counters["stats"]["unique_graphs"] == 3
 
 
 def test_the_l2_gradient_is_the_penalty_term_s() -> None:

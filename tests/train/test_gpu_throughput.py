@@ -28,8 +28,9 @@ H200_BF16_DENSE_FLOPS = 989e12
 # a rollout opens each step by stepping it.
 STEPS = 5
 TIMED_FROM = 3
-# (micro-batch size, compile_model). The compiled graphs have dynamic shapes: the second compiled configuration
-# reuses the first one's graphs, and its warm-up step compiles nothing.
+# (micro-batch size, compile_model). The compiled graphs are a decoder layer's (Trainer._compile_blocks), with dynamic
+# shapes, shared by every layer of every model: the second compiled configuration reuses the first one's graphs, and
+# its warm-up step compiles nothing.
 SWEEP: list[tuple[int, Literal["inductor"] | None]] = [(4, None), (16, None), (4, "inductor"), (16, "inductor")]
 VOCAB = 32_000
 PROMPT_TOKENS, COMPLETION_TOKENS = 512, 1536
