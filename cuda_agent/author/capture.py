@@ -9,10 +9,11 @@ reductions and pointwise arithmetic, which plan.py fuses back together.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -141,6 +142,45 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     return table
 
 
+class _ForwardOnlyContext:
+    """The ctx a legacy autograd.Function's forward gets when only its outputs are traced: it keeps the attributes
+    forward sets and ignores what only backward would need."""
+
+    needs_input_grad: tuple[bool, ...] = ()
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        pass
+
+    def mark_dirty(self, *tensors: Any) -> None:
+        pass
+
+    def mark_non_differentiable(self, *tensors: Any) -> None:
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _legacy_functions_inlined() -> Iterator[None]:
+    """autograd.Functions in the legacy style (``forward(ctx, ...)`` without ``setup_context``, as
+    torch.nn.CrossMapLRN2d's and much research code's) refuse functorch's transforms, functionalize among them. The
+    trace wants their outputs only: while it runs, their ``apply`` runs ``forward`` as plain code."""
+    legacy = torch.autograd.function._SingleLevelFunction.setup_context
+    patched, stack = [], list(torch.autograd.Function.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack += cls.__subclasses__()
+        if cls.setup_context is legacy and "apply" not in cls.__dict__:
+            cls.apply = classmethod(lambda c, *args: c.forward(_ForwardOnlyContext(), *args))
+            patched.append(cls)
+    try:
+        yield
+    finally:
+        for cls in patched:
+            del cls.apply
+
+
 def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     """The aten graph of ``model(*inputs)`` (meta tensors), parameters and buffers as named graph inputs."""
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
@@ -153,7 +193,7 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             args[pos] = t
         return torch.func.functional_call(model, dict(zip(names, flat_state, strict=True)), tuple(args))
 
-    with torch.device("meta"), torch.no_grad():
+    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined():
         try:
             # Functionalized: in-place ops (ReLU(inplace=True), x.add_) become their pure forms, and the updates
             # of buffers (batch norm's running statistics in training mode) become copies back at the end. The

@@ -255,6 +255,10 @@ class Plan:
         return "\n".join(lines)
 
 
+# Producers one kernel's expression may nest (see Planner._bound_fusion_depth).
+FUSION_DEPTH = 64
+
+
 class Planner:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -267,6 +271,7 @@ class Planner:
         self._tmp = 0
 
     def plan(self) -> Plan:
+        self._bound_fusion_depth()
         outputs: list[str] = []
         for i, node in enumerate(self.graph.outputs):
             name = f"out{i}"
@@ -275,6 +280,19 @@ class Planner:
             self.materialize(node, name)
             outputs.append(name)
         return Plan(self.graph, self.kernels, self.buffers, outputs)
+
+    def _bound_fusion_depth(self) -> None:
+        """Materialize, in graph order, every node ``FUSION_DEPTH`` producers deep in what would otherwise be inlined
+        into one expression: values are built by recursion over producers, and a long chain (a loop in forward)
+        would nest past Python's recursion limit. The chains of ordinary problems are far shorter."""
+        depth: dict[int, int] = {id(n): 0 for n in self.graph.inputs + self.graph.params}
+        for node in self.graph.nodes:
+            if id(node) in depth:
+                continue
+            depth[id(node)] = 1 + max((depth[id(a)] for a in node.inputs()), default=0)
+            if depth[id(node)] >= FUSION_DEPTH:
+                self.materialize(node)
+                depth[id(node)] = 0
 
     def materialize(self, node: Node, name: str | None = None) -> str:
         """The buffer holding ``node``, planning the kernel that writes it when there is none yet."""

@@ -196,6 +196,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(6, 50, dtype=torch.float16), torch.randn(6, 50)]",
         "x, y",
     ),
+    # 600 producers deep, past what one expression may nest (plan.FUSION_DEPTH): split into kernels, not a crash.
+    "a_loop_in_forward": (
+        "pass",
+        "for _ in range(200):\n            x = torch.sin(x) * 1.01 + 0.1\n        return x.sum(dim=-1)",
+        "[torch.randn(5, 33)]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
@@ -238,3 +245,29 @@ def test_serial_row_sums_are_compensated(tmp_path: Path) -> None:
     torch.manual_seed(0)
     exact = torch.rand(2, 1 << 20, dtype=torch.float32).double().sum(dim=1)
     torch.testing.assert_close(ours.double(), exact, atol=0, rtol=1e-6)
+
+
+LEGACY_FUNCTION = '''
+class ScaledSquare(torch.autograd.Function):
+    """The legacy style (forward(ctx, ...), no setup_context), which functorch's transforms refuse."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * x * ctx.k
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 2 * ctx.k * x, None
+'''
+
+
+def test_a_legacy_autograd_function_is_traced_through_its_forward(tmp_path: Path) -> None:
+    source = problem("        pass", "        return torch.tanh(ScaledSquare.apply(x, 3.0))", "[torch.randn(6, 40)]")
+    source = source.replace("\n\nclass Model", LEGACY_FUNCTION + "\n\nclass Model", 1)
+    ours, refs = run_cpu(source, tmp_path)
+    torch.testing.assert_close(ours[0], refs[0], atol=1e-4, rtol=1e-4)
+    traced = [c for c in torch.autograd.Function.__subclasses__() if c.__name__ == "ScaledSquare"]
+    assert traced and all("apply" not in c.__dict__ for c in traced)  # the trace's stand-in is gone
