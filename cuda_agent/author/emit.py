@@ -50,8 +50,7 @@ class Variant:
     def label(self) -> str:
         return (
             f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} micro={self.micro} "
-            f"conv={self.conv} "
-            f"omp={self.omp} cache={self.cache}"
+            f"conv={self.conv} omp={self.omp} cache={self.cache}"
         )
 
     def omp_pragma(self, work: int, clause: str = "") -> str:
@@ -451,6 +450,12 @@ def _strides(g: GemmKernel) -> dict[str, int]:
     }  # fmt: skip
 
 
+def _tile_elements(g: GemmKernel) -> tuple[str, str]:
+    """Our GEMM kernels' reads of A at (row, k) and of B at (k, col), through the batch's ``pa`` and ``pb``."""
+    s = _strides(g)
+    return f"pa[row * {s['sam']}LL + k * {s['sak']}LL]", f"pb[k * {s['sbk']}LL + col * {s['sbn']}LL]"
+
+
 def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     """Our GEMM kernel: a block computes a T x T tile of C, each thread R x R of it held in registers, over K steps
     of T / R staged in shared memory (R = 1: one output per thread). A thread's outputs are strided by the block's
@@ -459,8 +464,7 @@ def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     w = t // r  # threads along each edge of the tile, and the K step
     s = _strides(g)
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
-    a_load = loaded(g.node, f"pa[row * {s['sam']}LL + k * {s['sak']}LL]")
-    b_load = loaded(g.node, f"pb[k * {s['sbk']}LL + col * {s['sbn']}LL]")
+    a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
     out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", "acc[i][j]")
     return f"""
 // {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; {t}x{t} tiles of C, {r}x{r} per thread, K steps of {w}.
@@ -524,7 +528,7 @@ def _cuda_gemm_wmma(g: GemmKernel) -> str:
     s = _strides(g)
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
     to_storage = HALF_TYPES[g.node.dtype][2]
-    a_elem, b_elem = f"pa[row * {s['sam']}LL + k * {s['sak']}LL]", f"pb[k * {s['sbk']}LL + col * {s['sbn']}LL]"
+    a_elem, b_elem = _tile_elements(g)
     out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", "cs[idx / 64][idx % 64]")
     return f"""
 // {g.node.op} on tensor cores: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 64x64 tiles, 32x32 per warp, K steps of 32.

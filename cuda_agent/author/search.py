@@ -33,19 +33,20 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
         return [Variant(), Variant(omp="always")]
     # A library call is not custom work (the build refuses a candidate whose only kernels are cuBLAS or cuDNN
     # calls): a plan of contractions and convolutions alone runs on our own GEMM and convolution kernels.
-    own_only = not any(isinstance(k, RowKernel) for k in plan.kernels)
+    rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
     gemms = [k for k in plan.kernels if isinstance(k, GemmKernel)]
+    has_conv = any(isinstance(k, ConvKernel) for k in plan.kernels)
+    own_only = not rows
     # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
     # then the 32 and 16 tiles of an output per thread.
     ours = [Variant(gemm="wmma", tile=128, micro=8)] if any(k.node.dtype in HALF_TYPES for k in gemms) else []
     ours += [Variant(gemm="tiled", tile=t, micro=r) for t, r in ((128, 8), (32, 1), (16, 1))]
     base = replace(ours[0], conv="direct") if own_only else Variant()
-    has_rows = any(isinstance(k, RowKernel) and k.reduced for k in plan.kernels)
-    rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
+    has_rows = any(k.reduced for k in rows)
     # Block sizes shape the row kernels and our direct convolution; the vector width, elementwise row kernels.
     # Our GEMM kernel's launch is its tile's: a plan of products alone varies the tile only.
     out = [base]
-    if rows or any(isinstance(k, ConvKernel) for k in plan.kernels):
+    if rows or has_conv:
         out += [replace(base, block=b) for b in (512, 128, 1024)]
     if rows:
         out.append(replace(base, vec=1))
@@ -62,7 +63,6 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     if gemms:
         out += [replace(base, gemm=v.gemm, tile=v.tile, micro=v.micro) for v in ours]
     if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
-        has_conv = any(isinstance(k, ConvKernel) for k in plan.kernels)
         # TF32 is a way to multiply float32 operands: 16-bit products are on tensor cores already.
         fp32_gemm = any(k.node.dtype == "float32" for k in gemms)
         out.append(
