@@ -256,7 +256,16 @@ def _to_ir(
     params: list[Node] = []
     inputs: list[Node] = []
 
+    seen: dict[tuple[Any, ...], Node] = {}
+
     def add(node: Node) -> Node:
+        # A value computed twice is one node (x.mean() and the mean inside x.std() are one reduction): the planner
+        # then reads or reduces it once instead of making another pass over its source.
+        key = _cse_key(node)
+        if key in seen:
+            return seen[key]
+        if key is not None:
+            seen[key] = node
         nodes.append(node)
         return node
 
@@ -302,6 +311,15 @@ def _to_ir(
         if o.dtype not in ("float32", "float64", "bfloat16", "float16", "int64"):
             raise Unsupported(f"output of dtype {o.dtype}")
     return Graph(nodes, inputs, params, outputs, single, tensor_pos, arg_count)
+
+
+def _cse_key(node: Node) -> tuple[Any, ...] | None:
+    """What makes ``node``'s value: equal keys compute equal tensors (every op the author captures is a function of
+    its operands and attributes). Inputs and parameters are values of their own."""
+    if node.kind in (OpKind.INPUT, OpKind.PARAM):
+        return None
+    args = tuple(a.name if isinstance(a, Node) else (type(a).__name__, repr(a)) for a in node.args)
+    return (node.op, node.kind, node.shape, node.dtype, args, repr(sorted(node.attrs.items())))
 
 
 def _positional(raw: tuple[Any, ...], start: int, defaults: list[Any]) -> list[Any]:
@@ -410,7 +428,12 @@ def _convert(
             dims = [dims_arg] if isinstance(dims_arg, int) else list(dims_arg)
         ndim = max(len(src.shape), 1)
         dims = sorted({d % ndim for d in dims})
-        return Node(name, op, OpKind.REDUCTION, shape, dtype, (src,), {"dims": tuple(dims), "keepdim": keepdim})
+        if not keepdim:
+            return Node(name, op, OpKind.REDUCTION, shape, dtype, (src,), {"dims": tuple(dims)})
+        # keepdim is a view of the reduction: x.mean(0) and x.mean(0, keepdim=True) are then one reduction.
+        kept = tuple(n for j, n in enumerate(src.shape) if j not in dims)
+        red = add(Node(f"{name}r", op, OpKind.REDUCTION, kept, dtype, (src,), {"dims": tuple(dims)}))
+        return Node(name, "reshape", OpKind.VIEW, shape, dtype, (red,))
     if op in ("mm", "bmm") and all(isinstance(a, Node) for a in args):
         return Node(name, op, OpKind.CONTRACTION, shape, dtype, args)
     if op == "convolution" and isinstance(args[0], Node):

@@ -2,7 +2,9 @@
 allocates buffers and calls the launchers.
 
 CUDA row kernels run one block per row (threads stride over the reduced dims, warp-shuffle + shared-memory block
-reductions whose result every thread sees) or one thread per row (short rows); elementwise kernels are grid-stride
+reductions whose result every thread sees; scans chunk by chunk), a tile of 32 rows per block when the reduced dims
+are not the last (a warp reads 32 neighbouring columns, the warps split the rows' length), or one thread per row
+(short rows); elementwise kernels are grid-stride
 loops that move 16 bytes per access (float4) for operands read at the kernel's own index, when the launcher finds
 every such pointer 16-byte aligned. Products go to cuBLAS (GemmEx) or to our own kernels: register-blocked tiles,
 and WMMA tensor-core tiles for 16-bit operands. bfloat16 and float16 are stored as such and computed in float (as
@@ -30,7 +32,9 @@ class Variant:
     """The knobs the search turns; every variant computes the same thing."""
 
     block: int = 256  # threads per block (cuda)
-    rows: str = "auto"  # "block": a block per row, "thread": a thread per row, "auto": by row length
+    # "block": a block per row, "thread": a thread per row, "tile": 32 neighbouring rows per block (rows whose
+    # reduced dims are not the last), "auto": by the rows' layout and length (emit._layout)
+    rows: str = "auto"
     vec: int = 4  # elements per thread and access in elementwise kernels (1 or 4)
     tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
     micro: int = 1  # outputs per thread along each edge of that tile (held in registers)
@@ -82,6 +86,47 @@ __device__ T block_reduce(T v, Op op, T identity) {
     __syncthreads();
     v = lane < warps ? partial[lane] : identity;
     for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// A tile of 32 rows per block, lane l of every warp on row l: each thread gets its row's result, combined over the
+// warps in a fixed order. Leading barrier: as block_reduce's.
+template <typename T, typename Op>
+__device__ T tile_reduce(T v, Op op, T identity) {
+    __shared__ T partial[32][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    __syncthreads();
+    partial[warp][lane] = v;
+    __syncthreads();
+    v = identity;
+    for (int w = 0; w < warps; ++w) v = op(v, partial[w][lane]);
+    return v;
+}
+
+// Inclusive scan over the block's threads in order; *total gets the combination of all of them. Leading barrier:
+// as block_reduce's.
+template <typename T, typename Op>
+__device__ T block_scan(T v, Op op, T identity, T* total) {
+    __shared__ T partial[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    for (int off = 1; off < 32; off <<= 1) {
+        const T up = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v = op(up, v);
+    }
+    __syncthreads();
+    if (lane == 31) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        T w = lane < warps ? partial[lane] : identity;
+        for (int off = 1; off < 32; off <<= 1) {
+            const T up = __shfl_up_sync(0xffffffffu, w, off);
+            if (lane >= off) w = op(up, w);
+        }
+        partial[lane] = w;
+    }
+    __syncthreads();
+    if (warp > 0) v = op(partial[warp - 1], v);
+    *total = partial[warps - 1];
     return v;
 }
 """
@@ -193,7 +238,9 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs") -> frozenset[s
         fits = items <= ROW_CACHE_ITEMS and items * len(buffers) <= ROW_CACHE_VALUES
     else:
         fits = _smem_layout(kernel, buffers)[1] <= ROW_CACHE_SMEM_BYTES
-    return buffers if kernel.scan is None and fits else frozenset()
+    # Rows along the last dim run a block per row by default (``_layout``); the others have no row to cache.
+    along_last = len(kernel.shape) - 1 in kernel.reduced
+    return buffers if along_last and fits else frozenset()
 
 
 def _smem_layout(kernel: RowKernel, buffers: frozenset[str]) -> tuple[dict[str, int], int]:
@@ -238,9 +285,26 @@ def _kahan(acc: str, comp: str, value: str, ctype: str) -> list[str]:
     ]
 
 
-def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache: str = "none") -> list[str]:
-    """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs); ``cache``: where a block
-    per row keeps the operands several passes read ("regs", "smem": ``row_cache``), or "none"."""
+# How a CUDA row kernel's threads share out its rows (the reduced elements ``r`` of row ``o``): (first r of a thread,
+# step, the call combining the threads' partial results) by layout; "thread" is also the CPU's.
+_LANES = {
+    "thread": ("0", "1", ""),
+    "block": ("threadIdx.x", "{block}", "block_reduce"),
+    "tile": ("(threadIdx.x >> 5)", "{warps}", "tile_reduce"),
+}
+# Guards of stores: (a row's result, an element at the kernel's index) by layout. A block's result is written by
+# one thread; a tile's threads past the last row compute the last one again (clamped) and store nothing.
+_GUARDS = {
+    "thread": ("", ""),
+    "block": ("if (threadIdx.x == 0) ", ""),
+    "tile": ("if (threadIdx.x < 32 && live) ", "if (live) "),
+}
+
+
+def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: str = "none") -> list[str]:
+    """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs) in ``layout`` (_LANES);
+    ``cache``: where a block per row keeps the operands several passes read ("regs", "smem": ``row_cache``), or
+    "none"."""
     shape, reduced = kernel.shape, list(kernel.reduced)
     outer = [j for j in range(len(shape)) if j not in reduced]
     full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
@@ -254,10 +318,12 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
     # each hoist the constant and declare it again.
     lines = _coords(outer, shape, "o") + [f"const int64_t i{j} = 0;" for j in reduced if shape[j] == 1]
     walked = _coords([j for j in reduced if shape[j] != 1], shape, "r")
-    start, step = ("threadIdx.x", str(block)) if per_block else ("0", "1")
+    start, step, combine_threads = _LANES[layout]
+    step = step.format(block=block, warps=block // 32)
+    row_guard, element_guard = _GUARDS[layout]
     loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
     cached: dict[str, str] = {}
-    buffers = row_cache(kernel, block, cache) if cache != "none" and per_block else frozenset()
+    buffers = row_cache(kernel, block, cache) if cache != "none" and layout == "block" else frozenset()
     if buffers and cache == "regs":
         # Pass k of every loop visits the same element r, so element k of a thread's cache is the one it loaded;
         # unrolled over a compile-time count, the cache arrays live in registers.
@@ -267,7 +333,8 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
             f"if (const int64_t r = threadIdx.x + (int64_t)k * {block}; r < {kernel.inner}LL)"
         )
         cached = {b: f"c_{b}[k]" for b in sorted(buffers)}
-        lines += [f"{kernel.reads[b].ctype} c_{b}[{items}];" for b in sorted(buffers)]
+        # Zeroed: a block scan's last chunk reads the items past the row's end too (and discards them).
+        lines += [f"{kernel.reads[b].ctype} c_{b}[{items}] = {{}};" for b in sorted(buffers)]
     elif buffers:
         # Every pass visits the same elements r in each thread: a thread reads back only what it stored, so the
         # row needs no barrier between the preload and the passes, nor before the next row's preload.
@@ -297,13 +364,15 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
         else:
             body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
         lines += _loop(loop, body)
-        if per_block:
+        if combine_threads:
             lines.append(
-                f"const {t} {red.var} = block_reduce<{t}>(acc_{red.var}, {_OPS[node.op]}(), ({t})({identity}));"
+                f"const {t} {red.var} = {combine_threads}<{t}>(acc_{red.var}, {_OPS[node.op]}(), ({t})({identity}));"
             )
         else:
             lines.append(f"const {t} {red.var} = acc_{red.var};")
-    if kernel.scan is not None:
+    if kernel.scan is not None and layout == "block":
+        lines += _block_scan(kernel, walked, full_index, block, cached if cache == "regs" else {})
+    elif kernel.scan is not None:
         identity, combine = reduction(kernel.scan.op, kernel.scan.ctype)
         t = kernel.scan.ctype
         lines.append(f"{t} running = ({t})({identity});")
@@ -318,14 +387,48 @@ def _row_body(kernel: RowKernel, device: str, per_block: bool, block: int, cache
         lines += _loop(loop, body)
     elif kernel.full_outputs:
         body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
-        body += [stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs]
+        body += [element_guard + stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs]
         lines += _loop(loop, body)
     lines += _scope_body(kernel, kernel.row_scope, full_index)
     if kernel.reduced_outputs:
-        guard = "if (threadIdx.x == 0) " if per_block else ""
         stores = " ".join(stored(kernel.writes[b], f"{b}[{off}]", var) for b, var, off in kernel.reduced_outputs)
-        lines.append(guard + "{ " + stores + " }")
+        lines.append(row_guard + "{ " + stores + " }")
     return lines
+
+
+def _block_scan(kernel: RowKernel, walked: list[str], full_index: str, block: int, cached: dict[str, str]) -> list[str]:
+    """A scan along a row a block runs: chunks of ``block`` consecutive elements (one per thread, coalesced),
+    each scanned across the block and offset by the chunks before it. Threads past the row's end scan the
+    identity; their coordinates wrap around (``_coords`` takes every one modulo its size), so their loads stay in
+    bounds. ``cached``: operands held in registers (chunk k is element k of a thread's cache)."""
+    scan = kernel.scan
+    assert scan is not None
+    identity, combine = reduction(scan.op, scan.ctype)
+    t = scan.ctype
+    out, value = kernel.full_outputs[0]
+    body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
+    body += [
+        f"const {t} x_scan = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});",
+        f"{t} chunk_total;",
+        f"const {t} y_scan = block_scan<{t}>(x_scan, {_OPS[scan.op]}(), ({t})({identity}), &chunk_total);",
+    ]
+    # A sum's carry is compensated (Kahan), as the serial scan's running sum is: it is the term that grows along the
+    # row, and its rounding errors outlive the magnitude that made them (a suffix sum back near zero keeps them).
+    kahan = scan.op == "sum"
+    total = combine.format(a="carry", v="(y_scan - carry_comp)" if kahan else "y_scan")
+    body.append(f"if (r < {kernel.inner}LL) " + stored(kernel.writes[out], f"{out}[{full_index}]", total))
+    body += (
+        _kahan("carry", "carry_comp", "chunk_total", t)
+        if kahan
+        else [f"carry = {combine.format(a='carry', v='chunk_total')};"]
+    )
+    # Every thread runs every chunk (the scan's barriers): the loop ends on the chunk's first element.
+    loop = f"for (int64_t r = threadIdx.x; r - threadIdx.x < {kernel.inner}LL; r += {block})"
+    if cached:  # unrolled over a compile-time count, so the cache arrays stay in registers
+        loop = f"#pragma unroll\nfor (int k = 0; k < {-(-kernel.inner // block)}; ++k)"
+        body.insert(0, f"const int64_t r = threadIdx.x + (int64_t)k * {block};")
+    start = [f"{t} carry = ({t})({identity});"] + ([f"{t} carry_comp = ({t})0;"] if kahan else [])
+    return [*start, *_loop(loop, body)]
 
 
 def _indent(lines: list[str], n: int) -> str:
@@ -342,31 +445,42 @@ def _vectorizable(kernel: RowKernel, variant: Variant) -> bool:
     )
 
 
-def _block_rows(kernel: RowKernel) -> bool:
-    """The default launch shape: a block per row when its threads read the row contiguously (the last dim is
-    reduced) or when rows are too few to fill the GPU a thread each; otherwise a thread per row, so neighbouring
-    threads read neighbouring columns (coalesced)."""
-    if kernel.inner < 32:
-        return False
-    return len(kernel.shape) - 1 in kernel.reduced or kernel.outer < 16384
+def _layout(kernel: RowKernel, variant: Variant) -> str:
+    """How the threads share out a row kernel's rows (``_LANES``). By default: a block per row when its threads
+    read the row contiguously (the last dim is reduced); a tile of 32 rows per block otherwise, so a warp reads
+    32 neighbouring columns (coalesced) while the block's warps split the reduced dims between them; a thread per
+    row for short rows. Scans run along a thread or a block."""
+    if not kernel.reduced:
+        return "thread"
+    choice = variant.rows
+    if choice == "auto" and kernel.inner >= 32:
+        choice = "block" if len(kernel.shape) - 1 in kernel.reduced else "tile"
+    if kernel.scan is not None and choice == "tile":
+        return "thread"
+    return "thread" if choice == "auto" else choice
 
 
 def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
     params, names = _params(kernel, "cuda")
-    per_block = (
-        bool(kernel.reduced)
-        and kernel.scan is None  # a scan runs sequentially along its row
-        and (variant.rows == "block" or (variant.rows == "auto" and _block_rows(kernel)))
-    )
+    layout = _layout(kernel, variant)
     block = variant.block
-    if per_block:
+    if layout == "block":
         loop = f"for (int64_t o = blockIdx.x; o < {kernel.outer}LL; o += gridDim.x)"
         blocks = f"{kernel.outer}LL"
+    elif layout == "tile":
+        loop = f"for (int64_t o0 = (int64_t)blockIdx.x * 32; o0 < {kernel.outer}LL; o0 += (int64_t)gridDim.x * 32)"
+        blocks = f"({kernel.outer}LL + 31) / 32"
     else:
         start, stride = f"(int64_t)blockIdx.x * {block} + threadIdx.x", f"(int64_t)gridDim.x * {block}"
         loop = f"for (int64_t o = {start}; o < {kernel.outer}LL; o += {stride})"
         blocks = f"({kernel.outer}LL + {block - 1}) / {block}"
-    body = _row_body(kernel, "cuda", per_block, block, variant.cache)
+    body = _row_body(kernel, "cuda", layout, block, variant.cache)
+    if layout == "tile":
+        # Threads past the last row compute it again: every thread takes part in the block's reductions.
+        body[:0] = [
+            f"const bool live = o0 + (threadIdx.x & 31) < {kernel.outer}LL;",
+            f"const int64_t o = live ? o0 + (threadIdx.x & 31) : {kernel.outer - 1}LL;",
+        ]
     text = f"""
 __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
     {loop} {{
@@ -374,7 +488,8 @@ __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
     }}
 }}
 """
-    smem = _smem_layout(kernel, row_cache(kernel, block, "smem"))[1] if per_block and variant.cache == "smem" else 0
+    cache_smem = layout == "block" and variant.cache == "smem"
+    smem = _smem_layout(kernel, row_cache(kernel, block, "smem"))[1] if cache_smem else 0
     launch = f"{kernel.name}_kernel<<<(unsigned)grid, {block}, {smem}, stream>>>({names});"
     if smem > 48 * 1024:  # past the default per-block limit, a kernel must opt in
         launch = (
@@ -430,7 +545,7 @@ __global__ void __launch_bounds__({block}) {kernel.name}_vec4({params}) {{
 
 
 def _cpu_row(kernel: RowKernel, variant: Variant) -> str:
-    body = _row_body(kernel, "cpu", False, 1)
+    body = _row_body(kernel, "cpu", "thread", 1)
     return f"""
 extern "C" void {kernel.name}({_launcher_params(kernel, "cpu")}) {{
     {variant.omp_pragma(kernel.outer * max(kernel.inner, 1))}

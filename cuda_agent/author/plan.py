@@ -311,6 +311,7 @@ class Planner:
             if red is not node and self._needs_staging(red):
                 self.materialize(red.args[0])  # before this kernel inlines the staged producer chain itself
         row = node if node.kind is OpKind.REDUCTION else self._row_reduction(node)
+        self._materialize_siblings(node, row)
         if node.kind is OpKind.SCAN:
             # One row per thread, sequential along the scanned dim: the scan's input is inlined into the loop.
             kernel = RowKernel("", node.shape, (node.attrs["dim"],), scan=node)
@@ -323,7 +324,7 @@ class Planner:
             if node is row and self._needs_staging(row):
                 self.materialize(row.args[0])
             kernel = RowKernel("", row.args[0].shape, tuple(row.attrs["dims"]))
-            coords = self._expected(kernel, row)
+            coords = reshape_coords(node.shape, row.shape, self._expected(kernel, row))
             value = self.value(kernel, kernel.row_scope, node, coords)
             kernel.reduced_outputs.append((name, value, linear_index(node.shape, coords)))
         else:
@@ -333,6 +334,34 @@ class Planner:
             kernel.full_outputs.append((name, value))
         kernel.writes[name] = node
         return self._add(kernel, node, name)
+
+    def _materialize_siblings(self, node: Node, row: Node | None) -> None:
+        """Reductions ``node`` reads over rows other than its kernel's, planned together: those over the same rows
+        (a GroupNorm's mean and variance, read by the elementwise kernel that normalizes) become one kernel
+        writing each of them, one pass over the rows per reduction instead of a kernel each that recomputes the
+        ones it depends on."""
+        own = (row.args[0].shape, tuple(row.attrs["dims"])) if row is not None else None
+        groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[Node]] = {}
+        for red in reversed(self._inlined_reductions(node)):  # producers first
+            rows = (red.args[0].shape, tuple(red.attrs["dims"]))
+            if red is not node and rows != own and red.attrs["dims"] and not self._needs_staging(red):
+                groups.setdefault(rows, []).append(red)
+        for (shape, dims), reds in groups.items():
+            if len(reds) < 2 or node.shape == shape:  # one reduction, or ones this kernel may fuse
+                continue
+            kernel = RowKernel("", shape, dims)
+            names = [f"b{self._tmp + i}" for i in range(len(reds))]
+            self._tmp += len(reds)
+            for red, name in zip(reds, names, strict=True):
+                coords = self._expected(kernel, red)
+                kernel.reduced_outputs.append(
+                    (name, self.value(kernel, kernel.row_scope, red, coords), linear_index(red.shape, coords))
+                )
+                kernel.writes[name] = red
+            self._add(kernel, reds[-1], names[-1])
+            for red, name in zip(reds, names, strict=True):
+                self.materialized[id(red)] = name
+                self.buffers[name] = red
 
     def _add(self, kernel: Kernel, node: Node, name: str) -> str:
         kernel.name = f"k{len(self.kernels)}_{node.op}"
@@ -362,7 +391,8 @@ class Planner:
             return c_literal(node.attrs["value"], node.ctype)
         if node.kind is OpKind.VIEW:
             return self.value(kernel, scope, node.args[0], view_coords(node, coords))
-        if node.kind is OpKind.REDUCTION and self._fusable(kernel, node, coords):
+        # A reduction another kernel wrote is one load per row; fused again, it would be another pass over the row.
+        if node.kind is OpKind.REDUCTION and id(node) not in self.materialized and self._fusable(kernel, node, coords):
             if kernel.dims is None:
                 kernel.dims = tuple(node.attrs["dims"])
             return self._fuse_reduction(kernel, node)
@@ -526,7 +556,16 @@ class Planner:
         return found
 
     def _row_reduction(self, node: Node) -> Node | None:
-        return next((r for r in self._inlined_reductions(node) if r.shape == node.shape and r.attrs["dims"]), None)
+        """A reduction of ``node``'s own shape (up to dims of size 1: keepdim is a view) that ``node`` reads."""
+        squeezed = [n for n in node.shape if n != 1]
+        return next(
+            (
+                r
+                for r in self._inlined_reductions(node)
+                if [n for n in r.shape if n != 1] == squeezed and r.attrs["dims"]
+            ),
+            None,
+        )
 
     def _needs_staging(self, red: Node) -> bool:
         """Whether the reduction's input itself depends on reductions of another row structure: then the input is
@@ -538,7 +577,7 @@ class Planner:
 
     def _expected(self, kernel: RowKernel, node: Node) -> Coords:
         dims = node.attrs["dims"]
-        if node.attrs["keepdim"] or len(node.shape) == len(kernel.shape):
+        if len(node.shape) == len(kernel.shape):
             return tuple("0" if j in dims else f"i{j}" for j in range(len(kernel.shape)))
         return tuple(f"i{j}" for j in range(len(kernel.shape)) if j not in dims)
 

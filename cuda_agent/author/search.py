@@ -1,7 +1,7 @@
 """Search: author a problem (in a sandboxed child: the problem's code is the tenant's), then hand out its variants
 in order and keep score of what each one measured.
 
-Variants differ in launch shape (threads per block, a block or a thread per row), access width (float4 or
+Variants differ in launch shape (threads per block; a block, a thread or a tile per row), access width (float4 or
 scalar) and GEMM tile; the first is the default guess, the rest are tried while the time budget lasts. The
 environment keeps the best verified candidate, so the search only decides what to try next.
 """

@@ -85,3 +85,12 @@ BMM_TRANSPOSED = problem(
     "[torch.randn(3, 130, 37), torch.randn(3, 66, 37)]",
     args="a, b",
 )
+# Column statistics (reduced dims not the last): a tile of 32 columns per block, 70 of them (the last tile part
+# empty); x.mean(0) and the mean inside x.std(0) are one reduction.
+STANDARDIZE_COLUMNS = problem(
+    "        pass", "        return (x - x.mean(dim=0)) / (x.std(dim=0) + 1e-5)", "[3.0 + 2.0 * torch.randn(3000, 70)]"
+)
+# A scan after row statistics, in rows no block size divides (the last chunk part empty).
+SOFTMAX_CUMSUM = problem(
+    "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(64, 1000)]"
+)

@@ -21,6 +21,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     ),
     "gather": ("pass", "return torch.gather(x, 1, i)", "[torch.randn(5, 9), torch.randint(0, 9, (5, 3))]", "x, i"),
     "negative_index": ("pass", "return x[i]", "[torch.randn(6, 5), torch.randint(-6, 6, (3, 2))]", "x, i"),
+    # Common subexpressions: the mean and the std's mean one reduction, a keepdim output written by its reduction.
+    "standardize_keepdim": (
+        "pass",
+        "return (x - x.mean(0, keepdim=True)) / x.std(0), x.amax(1, keepdim=True)",
+        "[torch.randn(40, 7)]",
+        "x",
+    ),
     "cat": ("pass", "return torch.cat([x, x.exp(), x[:, :2]], dim=1)", "[torch.randn(5, 9)]", "x"),
     "diag_matmul": ("pass", "return torch.diag(d) @ x", "[torch.randn(6), torch.randn(6, 4)]", "d, x"),
     "matmul_diag": ("pass", "return torch.relu(x @ torch.diag(d))", "[torch.randn(4), torch.randn(6, 4)]", "d, x"),

@@ -110,6 +110,27 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "knob", "code"),
+    [
+        (problems.STANDARDIZE_COLUMNS, "cache=none", "tile_reduce<float>"),
+        (problems.SOFTMAX_CUMSUM, "cache=none", "block_scan<float>"),
+        (problems.SOFTMAX_CUMSUM, "cache=regs", "const float ld_in0 = c_in0[k];"),
+    ],
+    ids=["column_tiles", "block_scan", "block_scan_in_registers"],
+)
+def test_column_tiles_and_block_scans_compile_with_nvcc(source: str, knob: str, code: str) -> None:
+    """The default layouts of column statistics (32 columns a block) and of a scan along contiguous rows (a block
+    a row, chunk by chunk, its operand read once into registers where it fits)."""
+    files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
+    assert code in files["kernels/author.cu"]
+    request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
+    result = LocalBackend().compile(request)
+    assert result.status is CompileStatus.OK, result.log[-3000:]
+
+
+@pytest.mark.sandbox
 @pytest.mark.parametrize(
     ("source", "knob"),
     [(problems.BF16_LINEAR_SOFTMAX, "gemm=wmma"), (problems.FP16_NORM_CAST, "cache=regs")],
@@ -205,13 +226,24 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         problems.BF16_LINEAR_SOFTMAX,
         problems.BF16_GEMM_ODD,
         problems.BMM_TRANSPOSED,
+        problems.STANDARDIZE_COLUMNS,
+        problems.SOFTMAX_CUMSUM,
     ],
-    ids=["rmsnorm", "softmax", "long_rows", "bf16_linear_softmax", "bf16_gemm", "bmm_transposed"],
+    ids=[
+        "rmsnorm",
+        "softmax",
+        "long_rows",
+        "bf16_linear_softmax",
+        "bf16_gemm",
+        "bmm_transposed",
+        "standardize_columns",
+        "softmax_cumsum",
+    ],
 )
 def test_every_variant_is_correct_on_cuda(source: str) -> None:
-    """Not only the fastest: each variant the search times (block sizes, a row per thread or per block, the row
-    cached in registers or shared memory, our GEMM kernels: WMMA, register-blocked, tiled) computes the reference's
-    outputs."""
+    """Not only the fastest: each variant the search times (block sizes, a row per thread, per block or 32 columns
+    per block, scans per thread or per block, the row cached in registers or shared memory, our GEMM kernels: WMMA,
+    register-blocked, tiled) computes the reference's outputs."""
     config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
     traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
     verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]

@@ -103,3 +103,19 @@ def test_a_row_read_in_several_passes_is_cached_where_it_fits() -> None:
     assert ROW_CACHE_ITEMS < -(-513 // 32) and row_cache(kernel, 32) == frozenset()
     (elementwise,) = _kernels(problems.GELU_RESIDUAL)  # one pass: nothing read twice
     assert row_cache(elementwise, 256) == frozenset() == row_cache(elementwise, 256, "smem")
+
+
+def test_a_value_computed_twice_is_one_node() -> None:
+    """x.mean(0) and the mean x.std(0) computes are one reduction (keepdim is a view of it): the kernel reduces
+    the columns twice (mean, then squared deviations), not three times."""
+    graph = capture_problem(problems.STANDARDIZE_COLUMNS)
+    sums = [n for n in graph.nodes if n.kind is OpKind.REDUCTION]
+    assert [n.attrs["dims"] for n in sums] == [(0,), (0,)] and sums[1].args[0].op == "mul"
+    (kernel,) = _kernels(problems.STANDARDIZE_COLUMNS)
+    assert isinstance(kernel, RowKernel) and len(kernel.reductions) == 2
+
+
+def test_a_keepdim_output_is_written_by_its_reduction() -> None:
+    source = problems.problem("        pass", "        return x.amin(dim=2, keepdim=True)", "[torch.randn(4, 5, 33)]")
+    (kernel,) = _kernels(source)
+    assert isinstance(kernel, RowKernel) and kernel.reduced == (2,) and kernel.reduced_outputs
