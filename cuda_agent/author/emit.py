@@ -239,8 +239,7 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs") -> frozenset[s
     else:
         fits = _smem_layout(kernel, buffers)[1] <= ROW_CACHE_SMEM_BYTES
     # Rows along the last dim run a block per row by default (``_layout``); the others have no row to cache.
-    along_last = len(kernel.shape) - 1 in kernel.reduced
-    return buffers if along_last and fits else frozenset()
+    return buffers if kernel.along_last and fits else frozenset()
 
 
 def _smem_layout(kernel: RowKernel, buffers: frozenset[str]) -> tuple[dict[str, int], int]:
@@ -450,14 +449,12 @@ def _layout(kernel: RowKernel, variant: Variant) -> str:
     read the row contiguously (the last dim is reduced); a tile of 32 rows per block otherwise, so a warp reads
     32 neighbouring columns (coalesced) while the block's warps split the reduced dims between them; a thread per
     row for short rows. Scans run along a thread or a block."""
-    if not kernel.reduced:
+    if not kernel.reduced or (variant.rows == "auto" and kernel.inner < 32):
         return "thread"
     choice = variant.rows
-    if choice == "auto" and kernel.inner >= 32:
-        choice = "block" if len(kernel.shape) - 1 in kernel.reduced else "tile"
-    if kernel.scan is not None and choice == "tile":
-        return "thread"
-    return "thread" if choice == "auto" else choice
+    if choice == "auto":
+        choice = "block" if kernel.along_last else "tile"
+    return "thread" if choice == "tile" and kernel.scan is not None else choice
 
 
 def _cuda_row(kernel: RowKernel, variant: Variant) -> str:

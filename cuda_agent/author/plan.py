@@ -176,6 +176,11 @@ class RowKernel:
     def inner(self) -> int:
         return math.prod(self.shape[i] for i in self.reduced)
 
+    @property
+    def along_last(self) -> bool:
+        """The rows run along the last dim: contiguous in memory."""
+        return len(self.shape) - 1 in self.reduced
+
 
 @dataclass
 class Operand:
@@ -298,9 +303,7 @@ class Planner:
         """The buffer holding ``node``, planning the kernel that writes it when there is none yet."""
         if id(node) in self.materialized:
             return self.materialized[id(node)]
-        if name is None:
-            name = f"b{self._tmp}"
-            self._tmp += 1
+        name = name or self._scratch()
         # The kernel's name and the buffer are recorded only once its producers are planned (they come first).
         if node.kind is OpKind.CONVOLUTION:
             return self._add(self._conv(node, name), node, name)
@@ -313,7 +316,7 @@ class Planner:
         row = node if node.kind is OpKind.REDUCTION else self._row_reduction(node)
         self._materialize_siblings(node, row)
         if node.kind is OpKind.SCAN:
-            # One row per thread, sequential along the scanned dim: the scan's input is inlined into the loop.
+            # The scan's input is inlined into the loop along the scanned dim (a thread or a block per row).
             kernel = RowKernel("", node.shape, (node.attrs["dim"],), scan=node)
             coords = tuple(f"i{j}" for j in range(len(node.shape)))
             value = self.value(kernel, kernel.out_scope, node.args[0], coords)
@@ -350,8 +353,7 @@ class Planner:
             if len(reds) < 2 or node.shape == shape:  # one reduction, or ones this kernel may fuse
                 continue
             kernel = RowKernel("", shape, dims)
-            names = [f"b{self._tmp + i}" for i in range(len(reds))]
-            self._tmp += len(reds)
+            names = [self._scratch() for _ in reds]
             for red, name in zip(reds, names, strict=True):
                 coords = self._expected(kernel, red)
                 kernel.reduced_outputs.append(
@@ -359,9 +361,14 @@ class Planner:
                 )
                 kernel.writes[name] = red
             self._add(kernel, reds[-1], names[-1])
-            for red, name in zip(reds, names, strict=True):
+            for red, name in zip(reds[:-1], names[:-1], strict=True):  # the last one _add recorded
                 self.materialized[id(red)] = name
                 self.buffers[name] = red
+
+    def _scratch(self) -> str:
+        """A new intermediate buffer's name."""
+        self._tmp += 1
+        return f"b{self._tmp - 1}"
 
     def _add(self, kernel: Kernel, node: Node, name: str) -> str:
         kernel.name = f"k{len(self.kernels)}_{node.op}"
