@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: lint, types, migrations on a fresh database, then the test suite (gpu tests skip here).
 # The default suite leaves out the `slow` tier (real torch-extension builds, browser runs, whole benchmark
-# commands: minutes each); `scripts/test.sh --slow` runs that tier alone, and CI (.ci/run) runs both.
+# commands, workers killed mid-job: half a minute to minutes each); `scripts/test.sh --slow` runs that tier alone, and CI (.ci/run) runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

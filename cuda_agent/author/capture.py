@@ -72,13 +72,23 @@ def _mean(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any
 def _var_mean(
     x: torch.Tensor, dim: Any = None, *, correction: float | None = None, keepdim: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    # Two passes over the row (mean, then squared deviations): the numerically safe form, and both passes fuse
-    # into one kernel as dependent reductions.
     dims, n = _all_dims(x, dim), _reduced_count(x, dim)
-    mean = aten.sum.dim_IntList(x, dims, True) / n
-    dev = x - mean
-    var = aten.sum.dim_IntList(dev * dev, dims, keepdim) / max(n - (1 if correction is None else correction), 0)
-    return var, mean if keepdim else aten.squeeze.dims(mean, dims)
+    divisor = max(n - (1 if correction is None else correction), 0)
+    if x.dtype == torch.float64:
+        # Two passes over the row (mean, then squared deviations): the numerically safe form in the widest type.
+        mean = aten.sum.dim_IntList(x, dims, True) / n
+        dev = x - mean
+        var = aten.sum.dim_IntList(dev * dev, dims, keepdim) / divisor
+        return var, mean if keepdim else aten.squeeze.dims(mean, dims)
+    # One pass: the sum and the sum of squares, independent reductions that share a pass over the row (the row is
+    # read once for its statistics, not twice). Accumulated in double, the difference E[x^2] - E[x]^2 keeps
+    # single precision unless the mean exceeds the spread by some 10^4; clamped at 0 against a rounding below it.
+    wide = aten._to_copy(x, dtype=torch.float64)
+    total = aten.sum.dim_IntList(wide, dims, True)
+    mean = total / n
+    var = aten.clamp_min(aten.sum.dim_IntList(wide * wide, dims, True) - total * mean, 0) / divisor
+    var, mean = aten._to_copy(var, dtype=x.dtype), aten._to_copy(mean, dtype=x.dtype)
+    return (var, mean) if keepdim else (aten.squeeze.dims(var, dims), aten.squeeze.dims(mean, dims))
 
 
 def _var(x: torch.Tensor, dim: Any = None, *, correction: float | None = None, keepdim: bool = False) -> torch.Tensor:

@@ -2,9 +2,10 @@
 allocates buffers and calls the launchers.
 
 CUDA row kernels run one block per row (threads stride over the reduced dims, warp-shuffle + shared-memory block
-reductions whose result every thread sees; scans chunk by chunk), a tile of 32 rows per block when the reduced dims
-are not the last (a warp reads 32 neighbouring columns, the warps split the rows' length), or one thread per row
-(short rows); elementwise kernels are grid-stride
+reductions whose result every thread sees; scans chunk by chunk), a warp per row (short contiguous rows: several
+rows a block, shuffles only), a tile of 32 rows per block when the reduced dims are not the last (a warp reads 32
+neighbouring columns, the warps split the rows' length), or one thread per row (short rows); reductions that do not
+read one another share a pass over the row. Elementwise kernels are grid-stride
 loops that move 16 bytes per access (float4) for operands read at the kernel's own index, when the launcher finds
 every such pointer 16-byte aligned. Products go to cuBLAS (GemmEx) or to our own kernels: register-blocked tiles,
 and WMMA tensor-core tiles for 16-bit operands. bfloat16 and float16 are stored as such and computed in float (as
@@ -20,7 +21,16 @@ import re
 from dataclasses import dataclass
 
 from cuda_agent.author.ir import HALF_TYPES, Node, Unsupported, loaded, reduction, stored
-from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, Scope, contiguous_strides, linear_index
+from cuda_agent.author.plan import (
+    ConvKernel,
+    FusedReduction,
+    GemmKernel,
+    Plan,
+    RowKernel,
+    Scope,
+    contiguous_strides,
+    linear_index,
+)
 from cuda_agent.contracts.candidate import KERNELS_DIR, MODEL_NEW_FILE, CandidateForm, CandidateSource
 
 KERNEL_STEM = "author"
@@ -32,8 +42,9 @@ class Variant:
     """The knobs the search turns; every variant computes the same thing."""
 
     block: int = 256  # threads per block (cuda)
-    # "block": a block per row, "thread": a thread per row, "tile": 32 neighbouring rows per block (rows whose
-    # reduced dims are not the last), "auto": by the rows' layout and length (emit._layout)
+    # "block": a block per row, "warp": a warp per row (contiguous rows of up to WARP_ROW_MAX elements, others
+    # "auto"), "thread": a thread per row, "tile": 32 neighbouring rows per block (rows whose reduced dims are not
+    # the last), "auto": by the rows' layout and length (emit._layout)
     rows: str = "auto"
     vec: int = 4  # elements per thread and access in elementwise kernels (1 or 4)
     tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
@@ -86,6 +97,26 @@ __device__ T block_reduce(T v, Op op, T identity) {
     __syncthreads();
     v = lane < warps ? partial[lane] : identity;
     for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// A warp per row: every lane gets the result, no barrier (the warps of a block run rows of their own). The identity
+// is unused: the signature is block_reduce's, so that the call site is the same.
+template <typename T, typename Op>
+__device__ T warp_reduce(T v, Op op, T) {
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// Inclusive scan over a warp's lanes in order; *total gets the combination of all 32. No barrier: as warp_reduce.
+template <typename T, typename Op>
+__device__ T warp_scan(T v, Op op, T, T* total) {
+    const int lane = threadIdx.x & 31;
+    for (int off = 1; off < 32; off <<= 1) {
+        const T up = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v = op(up, v);
+    }
+    *total = __shfl_sync(0xffffffffu, v, 31);
     return v;
 }
 
@@ -216,15 +247,20 @@ def _scope_body(kernel: RowKernel, scope: Scope, index: str, cached: dict[str, s
 # Registers a thread may spend on its share of a cached row: beyond, spills to local memory would cost what the
 # cache saves. Shared memory a block may spend on its row: within the 227 KB a Hopper block may opt into; a GPU
 # with less refuses the launch, and the search drops the variant.
-ROW_CACHE_ITEMS, ROW_CACHE_VALUES = 16, 32
+ROW_CACHE_VALUES = 32
 ROW_CACHE_SMEM_BYTES = 200 * 1024
+# A warp per row suits rows short enough that each lane holds its share in registers (32 values, as warp-per-row
+# softmax kernels do): no barrier between passes, and a block's warps keep several rows' loads in flight. Longer
+# rows keep a block each.
+WARP_ROW_MAX = 32 * ROW_CACHE_VALUES
 _SIZEOF = {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "bool": 1}
 
 
-def row_cache(kernel: RowKernel, block: int, where: str = "regs") -> frozenset[str]:
-    """The buffers a block-per-row kernel of ``block`` threads keeps ``where`` ("regs": each thread's share in
-    registers, "smem": the row in shared memory): those read at the row's own index in more than one pass over the
-    row (statistics, then outputs); none when they would not fit."""
+def row_cache(kernel: RowKernel, threads: int, where: str = "regs") -> frozenset[str]:
+    """The buffers a kernel whose rows ``threads`` threads share (a block's, or a warp's 32) keeps ``where``
+    ("regs": each thread's share in registers, "smem": the row in shared memory, a block per row only): those read at
+    the row's own index in more than one pass over the row (statistics, then outputs); none when they would not
+    fit."""
     passes = [red.scope for red in kernel.reductions if not red.invariant]
     if kernel.full_outputs:
         passes.append(kernel.out_scope)
@@ -234,11 +270,11 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs") -> frozenset[s
             counts[b] = counts.get(b, 0) + 1
     buffers = frozenset(b for b, n in counts.items() if n > 1)
     if where == "regs":
-        items = -(-kernel.inner // block)
-        fits = items <= ROW_CACHE_ITEMS and items * len(buffers) <= ROW_CACHE_VALUES
+        items = -(-kernel.inner // threads)
+        fits = items * len(buffers) <= ROW_CACHE_VALUES
     else:
         fits = _smem_layout(kernel, buffers)[1] <= ROW_CACHE_SMEM_BYTES
-    # Rows along the last dim run a block per row by default (``_layout``); the others have no row to cache.
+    # Rows along the last dim run a block or a warp per row (``_layout``); the others have no row to cache.
     return buffers if kernel.along_last and fits else frozenset()
 
 
@@ -273,6 +309,12 @@ def _loop(loop: str, body: list[str]) -> list[str]:
     return [*hoisted, loop + " {", *("    " + b for b in kept), "}"]
 
 
+def _compensated(op: str, ctype: str) -> bool:
+    """Whether a running sum is compensated (``_kahan``): a double's rounding, n * 1e-16 even when serial, stays far
+    below any tolerance (a float row's statistics accumulated in double, a float64 problem's sums)."""
+    return op == "sum" and ctype != "double"
+
+
 def _kahan(acc: str, comp: str, value: str, ctype: str) -> list[str]:
     """Compensated summation: a row summed serially (one thread, one CPU core, or a long scan) keeps the error of
     a pairwise sum instead of growing with the row's length."""
@@ -289,6 +331,7 @@ def _kahan(acc: str, comp: str, value: str, ctype: str) -> list[str]:
 _LANES = {
     "thread": ("0", "1", ""),
     "block": ("threadIdx.x", "{block}", "block_reduce"),
+    "warp": ("(threadIdx.x & 31)", "32", "warp_reduce"),
     "tile": ("(threadIdx.x >> 5)", "{warps}", "tile_reduce"),
 }
 # Guards of stores: (a row's result, an element at the kernel's index) by layout. A block's result is written by
@@ -296,14 +339,15 @@ _LANES = {
 _GUARDS = {
     "thread": ("", ""),
     "block": ("if (threadIdx.x == 0) ", ""),
+    "warp": ("if ((threadIdx.x & 31) == 0) ", ""),
     "tile": ("if (threadIdx.x < 32 && live) ", "if (live) "),
 }
 
 
 def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: str = "none") -> list[str]:
     """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs) in ``layout`` (_LANES);
-    ``cache``: where a block per row keeps the operands several passes read ("regs", "smem": ``row_cache``), or
-    "none"."""
+    ``cache``: where a block or a warp per row keeps the operands several passes read ("regs", "smem": a block's
+    only; ``row_cache``), or "none"."""
     shape, reduced = kernel.shape, list(kernel.reduced)
     outer = [j for j in range(len(shape)) if j not in reduced]
     full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
@@ -322,14 +366,16 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     row_guard, element_guard = _GUARDS[layout]
     loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
     cached: dict[str, str] = {}
-    buffers = row_cache(kernel, block, cache) if cache != "none" and layout == "block" else frozenset()
+    threads = 32 if layout == "warp" else block
+    caching = (layout == "block" and cache != "none") or (layout == "warp" and cache == "regs")
+    buffers = row_cache(kernel, threads, cache) if caching else frozenset()
     if buffers and cache == "regs":
         # Pass k of every loop visits the same element r, so element k of a thread's cache is the one it loaded;
         # unrolled over a compile-time count, the cache arrays live in registers.
-        items = -(-kernel.inner // block)
+        items = -(-kernel.inner // threads)
         loop = (
             f"#pragma unroll\nfor (int k = 0; k < {items}; ++k) "
-            f"if (const int64_t r = threadIdx.x + (int64_t)k * {block}; r < {kernel.inner}LL)"
+            f"if (const int64_t r = {start} + (int64_t)k * {threads}; r < {kernel.inner}LL)"
         )
         cached = {b: f"c_{b}[k]" for b in sorted(buffers)}
         # Zeroed: a block scan's last chunk reads the items past the row's end too (and discards them).
@@ -346,37 +392,44 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     if buffers:
         fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
         lines += _loop(loop, walked + fill)
-    for red in kernel.reductions:
-        node: Node = red.node
-        identity, combine = reduction(node.op, node.ctype)
-        t = node.ctype
-        if red.invariant:
+    for group in _passes(kernel.reductions):
+        if group[0].invariant:
+            red = group[0]
+            t = red.node.ctype
             lines += red.scope.stmts
             folded = {"sum": f"{red.value} * ({t}){kernel.inner}", "prod": f"pow({red.value}, ({t}){kernel.inner})"}
-            lines.append(f"const {t} {red.var} = {folded.get(node.op, red.value)};")
+            lines.append(f"const {t} {red.var} = {folded.get(red.node.op, red.value)};")
             continue
-        lines.append(f"{t} acc_{red.var} = ({t})({identity});")
-        body = walked + _scope_body(kernel, red.scope, full_index, cached)
-        if node.op == "sum":
-            lines.append(f"{t} comp_{red.var} = ({t})0;")
-            body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
-        else:
-            body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
+        body = list(walked)
+        for red in group:
+            identity, combine = reduction(red.node.op, red.node.ctype)
+            t = red.node.ctype
+            lines.append(f"{t} acc_{red.var} = ({t})({identity});")
+            # The group's scopes load the same operands at the same coordinates: each such constant declared once
+            # (other statements, such as a pooling window's loop, are the scope's own).
+            scope = _scope_body(kernel, red.scope, full_index, cached)
+            body += [stmt for stmt in scope if not (_CONST.match(stmt) and stmt in body)]
+            if _compensated(red.node.op, t):
+                lines.append(f"{t} comp_{red.var} = ({t})0;")
+                body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
+            else:
+                body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
         lines += _loop(loop, body)
-        if combine_threads:
-            lines.append(
-                f"const {t} {red.var} = {combine_threads}<{t}>(acc_{red.var}, {_OPS[node.op]}(), ({t})({identity}));"
-            )
-        else:
-            lines.append(f"const {t} {red.var} = acc_{red.var};")
-    if kernel.scan is not None and layout == "block":
-        lines += _block_scan(kernel, walked, full_index, block, cached if cache == "regs" else {})
+        for red in group:
+            identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
+            if combine_threads:
+                combined = f"{combine_threads}<{t}>(acc_{red.var}, {_OPS[red.node.op]}(), ({t})({identity}))"
+                lines.append(f"const {t} {red.var} = {combined};")
+            else:
+                lines.append(f"const {t} {red.var} = acc_{red.var};")
+    if kernel.scan is not None and layout in ("block", "warp"):
+        lines += _chunked_scan(kernel, walked, full_index, layout, threads, cached if cache == "regs" else {})
     elif kernel.scan is not None:
         identity, combine = reduction(kernel.scan.op, kernel.scan.ctype)
         t = kernel.scan.ctype
         lines.append(f"{t} running = ({t})({identity});")
         body = walked + _scope_body(kernel, kernel.out_scope, full_index)
-        if kernel.scan.op == "sum":
+        if _compensated(kernel.scan.op, t):
             lines.append(f"{t} comp = ({t})0;")
             body += _kahan("running", "comp", kernel.full_outputs[0][1], t)
         else:
@@ -395,11 +448,29 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     return lines
 
 
-def _block_scan(kernel: RowKernel, walked: list[str], full_index: str, block: int, cached: dict[str, str]) -> list[str]:
-    """A scan along a row a block runs: chunks of ``block`` consecutive elements (one per thread, coalesced),
-    each scanned across the block and offset by the chunks before it. Threads past the row's end scan the
-    identity; their coordinates wrap around (``_coords`` takes every one modulo its size), so their loads stay in
-    bounds. ``cached``: operands held in registers (chunk k is element k of a thread's cache)."""
+def _passes(reductions: list[FusedReduction]) -> list[list[FusedReduction]]:
+    """The row's reductions in passes over the row, in order: consecutive reductions that do not read one another's
+    results share a pass (a sum and a sum of squares, a dot product and both norms); one that reads an earlier
+    result starts a new pass (softmax's sum after its max). An invariant reduction (no loop) is a pass of its own."""
+    passes: list[list[FusedReduction]] = []
+    for red in reductions:
+        words = set(_WORD.findall(" ".join([*red.scope.stmts, red.value])))
+        current = passes[-1] if passes else []
+        if red.invariant or not current or current[0].invariant or words & {r.var for r in current}:
+            passes.append([red])
+        else:
+            current.append(red)
+    return passes
+
+
+def _chunked_scan(
+    kernel: RowKernel, walked: list[str], full_index: str, layout: str, threads: int, cached: dict[str, str]
+) -> list[str]:
+    """A scan along a row a block or a warp (``layout``, its ``threads``) runs: chunks of ``threads`` consecutive
+    elements (one per thread, coalesced), each scanned across the threads and offset by the chunks before it.
+    Threads past the row's end scan the identity; their coordinates wrap around (``_coords`` takes every one modulo
+    its size), so their loads stay in bounds. ``cached``: operands held in registers (chunk k is element k of a
+    thread's cache)."""
     scan = kernel.scan
     assert scan is not None
     identity, combine = reduction(scan.op, scan.ctype)
@@ -409,11 +480,11 @@ def _block_scan(kernel: RowKernel, walked: list[str], full_index: str, block: in
     body += [
         f"const {t} x_scan = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});",
         f"{t} chunk_total;",
-        f"const {t} y_scan = block_scan<{t}>(x_scan, {_OPS[scan.op]}(), ({t})({identity}), &chunk_total);",
+        f"const {t} y_scan = {layout}_scan<{t}>(x_scan, {_OPS[scan.op]}(), ({t})({identity}), &chunk_total);",
     ]
     # A sum's carry is compensated (Kahan), as the serial scan's running sum is: it is the term that grows along the
     # row, and its rounding errors outlive the magnitude that made them (a suffix sum back near zero keeps them).
-    kahan = scan.op == "sum"
+    kahan = _compensated(scan.op, t)
     total = combine.format(a="carry", v="(y_scan - carry_comp)" if kahan else "y_scan")
     body.append(f"if (r < {kernel.inner}LL) " + stored(kernel.writes[out], f"{out}[{full_index}]", total))
     body += (
@@ -421,11 +492,14 @@ def _block_scan(kernel: RowKernel, walked: list[str], full_index: str, block: in
         if kahan
         else [f"carry = {combine.format(a='carry', v='chunk_total')};"]
     )
-    # Every thread runs every chunk (the scan's barriers): the loop ends on the chunk's first element.
-    loop = f"for (int64_t r = threadIdx.x; r - threadIdx.x < {kernel.inner}LL; r += {block})"
-    if cached:  # unrolled over a compile-time count, so the cache arrays stay in registers
-        loop = f"#pragma unroll\nfor (int k = 0; k < {-(-kernel.inner // block)}; ++k)"
-        body.insert(0, f"const int64_t r = threadIdx.x + (int64_t)k * {block};")
+    # Every thread runs every chunk (the scan's shuffles and barriers): the loop ends on the chunk's first element.
+    first = _LANES[layout][0]
+    loop = f"for (int64_t r = {first}; r - {first} < {kernel.inner}LL; r += {threads})"
+    # Unrolled over a compile-time count: cache arrays stay in registers, and a warp's row (at most 32 chunks) has
+    # its later chunks' loads issued before the carry reaches them.
+    if cached or layout == "warp":
+        loop = f"#pragma unroll\nfor (int k = 0; k < {-(-kernel.inner // threads)}; ++k)"
+        body.insert(0, f"const int64_t r = {first} + (int64_t)k * {threads};")
     start = [f"{t} carry = ({t})({identity});"] + ([f"{t} carry_comp = ({t})0;"] if kahan else [])
     return [*start, *_loop(loop, body)]
 
@@ -444,15 +518,21 @@ def _vectorizable(kernel: RowKernel, variant: Variant) -> bool:
     )
 
 
+def warp_rows(kernel: RowKernel) -> bool:
+    """Whether a warp per row suits the kernel: contiguous rows (the last dim reduced or scanned) of 32 to
+    WARP_ROW_MAX elements."""
+    return kernel.along_last and 32 <= kernel.inner <= WARP_ROW_MAX
+
+
 def _layout(kernel: RowKernel, variant: Variant) -> str:
     """How the threads share out a row kernel's rows (``_LANES``). By default: a block per row when its threads
     read the row contiguously (the last dim is reduced); a tile of 32 rows per block otherwise, so a warp reads
     32 neighbouring columns (coalesced) while the block's warps split the reduced dims between them; a thread per
-    row for short rows. Scans run along a thread or a block."""
+    row for short rows. A warp per row where asked and ``warp_rows``; scans run along a thread, a warp or a block."""
     if not kernel.reduced or (variant.rows == "auto" and kernel.inner < 32):
         return "thread"
     choice = variant.rows
-    if choice == "auto":
+    if choice == "auto" or (choice == "warp" and not warp_rows(kernel)):
         choice = "block" if kernel.along_last else "tile"
     return "thread" if choice == "tile" and kernel.scan is not None else choice
 
@@ -467,6 +547,11 @@ def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
     elif layout == "tile":
         loop = f"for (int64_t o0 = (int64_t)blockIdx.x * 32; o0 < {kernel.outer}LL; o0 += (int64_t)gridDim.x * 32)"
         blocks = f"({kernel.outer}LL + 31) / 32"
+    elif layout == "warp":  # the warps of a block share no barrier: each strides over rows on its own
+        warps = block // 32
+        start, stride = f"(int64_t)blockIdx.x * {warps} + (threadIdx.x >> 5)", f"(int64_t)gridDim.x * {warps}"
+        loop = f"for (int64_t o = {start}; o < {kernel.outer}LL; o += {stride})"
+        blocks = f"({kernel.outer}LL + {warps - 1}) / {warps}"
     else:
         start, stride = f"(int64_t)blockIdx.x * {block} + threadIdx.x", f"(int64_t)gridDim.x * {block}"
         loop = f"for (int64_t o = {start}; o < {kernel.outer}LL; o += {stride})"

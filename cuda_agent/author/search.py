@@ -1,8 +1,8 @@
 """Search: author a problem (in a sandboxed child: the problem's code is the tenant's), then hand out its variants
 in order and keep score of what each one measured.
 
-Variants differ in launch shape (threads per block; a block, a thread or a tile per row), access width (float4 or
-scalar) and GEMM tile; the first is the default guess, the rest are tried while the time budget lasts. The
+Variants differ in launch shape (threads per block; a block, a warp, a thread or a tile per row), access width
+(float4 or scalar) and GEMM tile; the first is the default guess, the rest are tried while the time budget lasts. The
 environment keeps the best verified candidate, so the search only decides what to try next.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.author.capture import capture_problem
-from cuda_agent.author.emit import Variant, candidate_files, row_cache
+from cuda_agent.author.emit import Variant, candidate_files, row_cache, warp_rows
 from cuda_agent.author.ir import HALF_TYPES, Unsupported
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
 
@@ -58,6 +58,10 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     in_smem = [] if in_regs else [b for b in (1024, 512) if any(row_cache(k, b, "smem") for k in rows)]
     out[1:1] = [replace(base, block=b, cache="regs") for b in in_regs[:2]]
     out[1:1] = [replace(base, block=b, cache="smem") for b in in_smem]
+    # Short contiguous rows: a warp each (several rows a block, no barriers), first with the row in registers.
+    warp = [k for k in rows if k.reduced and warp_rows(k)]
+    warp_cached = any(row_cache(k, 32) for k in warp)
+    out[1:1] = [replace(base, rows="warp", cache="regs")] * warp_cached + [replace(base, rows="warp")] * bool(warp)
     if has_rows:
         out += [replace(base, rows="block"), replace(base, rows="thread")]
     if gemms:

@@ -94,8 +94,8 @@ def record_checkpoint(session: Session, run: TrainingRun, step: int, uri: str) -
         session.add(Checkpoint(run_id=run.id, step=step, uri=uri, metrics=at_step.metrics if at_step else {}))
 
 
-def _get(session: Session, run_id: str) -> TrainingRun:
-    run = session.get(TrainingRun, run_id)
+def _get(session: Session, run_id: str, *, lock: bool = False) -> TrainingRun:
+    run = session.get(TrainingRun, run_id, with_for_update=lock)
     if run is None:
         raise LookupError(f"training run {run_id} not found")
     return run
@@ -157,8 +157,20 @@ def sync_run(run_id: str, exit_code: int | None = None) -> None:
     """Copy what the run directory says that the rows do not yet: new steps, valid checkpoints, the final state.
     A local run whose process is gone without a final state failed (killed, or crashed before writing one);
     ``exit_code``: the caller reaped the process and says how it ended."""
+    # Two syncs at once (a reader's and the reaper's) read the same last step; Postgres serializes them on the run
+    # row's lock, SQLite has no row locks and the later insert of a step fails: read again, and the steps the other
+    # stored are no longer new. Each failure means another sync stored steps, so a few tries suffice.
+    for attempt in range(3):
+        try:
+            return _sync(run_id, exit_code)
+        except IntegrityError:
+            if attempt == 2:
+                raise
+
+
+def _sync(run_id: str, exit_code: int | None) -> None:
     with session_scope() as session:
-        run = _get(session, run_id)
+        run = _get(session, run_id, lock=True)
         if run.run_dir is None or run.status.terminal:
             return
         run_dir = Path(run.run_dir)

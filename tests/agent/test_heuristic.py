@@ -47,6 +47,7 @@ def test_unsupported_problem_finishes_without_candidate() -> None:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow  # every CPU variant built and timed
 def test_heuristic_writes_a_correct_cpu_candidate() -> None:
     config = RolloutConfig(device=Device.CPU, timing_trials=5, warmup=1, correctness_trials=2, measure_baselines=False)
     traj = run_rollout(KernelEnv(ELEMENTWISE, config=config), create_policy("heuristic"))

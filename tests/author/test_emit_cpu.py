@@ -65,6 +65,14 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "x, y",
     ),
     "group_norm": ("self.gn = nn.GroupNorm(4, 16)", "return self.gn(x)", "[torch.randn(2, 16, 5, 5)]", "x"),
+    # One-pass statistics (sum and sum of squares in double) where the mean is 10^3 spreads from zero: a float
+    # E[x^2] - E[x]^2 would lose every digit of the variance.
+    "layer_norm_far_from_zero": (
+        "self.norm = nn.LayerNorm(300)",
+        "return self.norm(x)",
+        "[1e3 + torch.randn(6, 300)]",
+        "x",
+    ),
     "mean_and_max_dim": ("pass", "return x.mean() + x.max(dim=1, keepdim=True).values", "[torch.randn(4, 6)]", "x"),
     "sum_of_broadcast": ("pass", "return x.unsqueeze(1).expand(4, 9, 6).sum(1)", "[torch.randn(4, 6)]", "x"),
     "conv1d_strided_dilated": (

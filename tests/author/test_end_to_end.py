@@ -104,9 +104,9 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         assert all("conv=direct " in label for label, _ in variants)
     if knob == "cache=regs":  # the row read once into registers, its later passes read the registers
         assert "c_in0[k] = in0[" in files["kernels/author.cu"] and "ld_in0 = c_in0[k]" in files["kernels/author.cu"]
-    if knob == "cache=smem":  # 80 KB of row: the kernel opts into more than the default 48 KB
+    if knob == "cache=smem":  # 160 KB of row: the kernel opts into more than the default 48 KB
         assert "s_in0[r] = in0[" in files["kernels/author.cu"] and "ld_in0 = s_in0[r]" in files["kernels/author.cu"]
-        assert "cudaFuncAttributeMaxDynamicSharedMemorySize, 80000" in files["kernels/author.cu"]
+        assert "cudaFuncAttributeMaxDynamicSharedMemorySize, 160000" in files["kernels/author.cu"]
 
 
 @pytest.mark.sandbox
@@ -117,12 +117,15 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         (problems.STANDARDIZE_COLUMNS, "cache=none", "tile_reduce<float>"),
         (problems.SOFTMAX_CUMSUM, "cache=none", "block_scan<float>"),
         (problems.SOFTMAX_CUMSUM, "cache=regs", "const float ld_in0 = c_in0[k];"),
+        (problems.SOFTMAX, "rows=warp", "float c_in0[17] = {};"),
+        (problems.SOFTMAX_CUMSUM, "rows=warp", "warp_scan<float>"),
     ],
-    ids=["column_tiles", "block_scan", "block_scan_in_registers"],
+    ids=["column_tiles", "block_scan", "block_scan_in_registers", "warp_rows_in_registers", "warp_scan"],
 )
-def test_column_tiles_and_block_scans_compile_with_nvcc(source: str, knob: str, code: str) -> None:
+def test_row_layouts_compile_with_nvcc(source: str, knob: str, code: str) -> None:
     """The default layouts of column statistics (32 columns a block) and of a scan along contiguous rows (a block
-    a row, chunk by chunk, its operand read once into registers where it fits)."""
+    a row, chunk by chunk, its operand read once into registers where it fits), and a warp per short row (its 513
+    elements in 17 registers a lane; a scan chunk by chunk as a block's)."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
     assert code in files["kernels/author.cu"]
     request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)

@@ -93,26 +93,38 @@ def test_reshape_coords_keep_untouched_dims() -> None:
 
 def test_a_row_read_in_several_passes_is_cached_where_it_fits() -> None:
     """Softmax passes over its 513-wide rows three times (max, sum, output): the input is the cached buffer. In
-    registers at 256 threads (three items a thread), not at 32 (17 items, past the register budget); in shared memory
-    (2 KB) at any block size."""
-    from cuda_agent.author.emit import ROW_CACHE_ITEMS, row_cache
+    registers at 256 threads a row (three items a thread) and at a warp's 32 (17), not at 16 (33 items, past the
+    register budget); in shared memory (2 KB) at any block size."""
+    from cuda_agent.author.emit import ROW_CACHE_VALUES, row_cache
 
     (kernel,) = _kernels(problems.SOFTMAX)
     assert kernel.inner == 513
-    assert row_cache(kernel, 256) == frozenset({"in0"}) == row_cache(kernel, 32, "smem")
-    assert ROW_CACHE_ITEMS < -(-513 // 32) and row_cache(kernel, 32) == frozenset()
+    assert row_cache(kernel, 256) == frozenset({"in0"}) == row_cache(kernel, 32) == row_cache(kernel, 32, "smem")
+    assert ROW_CACHE_VALUES < -(-513 // 16) and row_cache(kernel, 16) == frozenset()
     (elementwise,) = _kernels(problems.GELU_RESIDUAL)  # one pass: nothing read twice
     assert row_cache(elementwise, 256) == frozenset() == row_cache(elementwise, 256, "smem")
 
 
 def test_a_value_computed_twice_is_one_node() -> None:
-    """x.mean(0) and the mean x.std(0) computes are one reduction (keepdim is a view of it): the kernel reduces
-    the columns twice (mean, then squared deviations), not three times."""
-    graph = capture_problem(problems.STANDARDIZE_COLUMNS)
-    sums = [n for n in graph.nodes if n.kind is OpKind.REDUCTION]
-    assert [n.attrs["dims"] for n in sums] == [(0,), (0,)] and sums[1].args[0].op == "mul"
+    """x.mean(0) twice, once with keepdim (a view of it), is one reduction."""
+    source = problems.problem(
+        "        pass", "        return (x - x.mean(dim=0, keepdim=True)) * x.mean(dim=0)", "[torch.randn(300, 70)]"
+    )
+    sums = [n for n in capture_problem(source).nodes if n.kind is OpKind.REDUCTION]
+    assert [n.attrs["dims"] for n in sums] == [(0,)]
+
+
+def test_independent_statistics_share_a_pass() -> None:
+    """x.mean(0), and the sum and sum of squares x.std(0) accumulates in double: three reductions that read none of
+    one another's results, so one pass over the columns; softmax's sum reads its max: two passes."""
+    from cuda_agent.author.emit import _passes
+
     (kernel,) = _kernels(problems.STANDARDIZE_COLUMNS)
-    assert isinstance(kernel, RowKernel) and len(kernel.reductions) == 2
+    assert isinstance(kernel, RowKernel)
+    assert sorted(r.node.ctype for r in kernel.reductions) == ["double", "double", "float"]
+    assert [len(group) for group in _passes(kernel.reductions)] == [3]
+    (softmax,) = _kernels(problems.SOFTMAX)
+    assert isinstance(softmax, RowKernel) and [len(group) for group in _passes(softmax.reductions)] == [1, 1]
 
 
 def test_a_keepdim_output_is_written_by_its_reduction() -> None:

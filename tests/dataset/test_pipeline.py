@@ -88,6 +88,7 @@ class Stopped(Exception):
     """The process running the synthesis dies (the device call's time ran out)."""
 
 
+@pytest.mark.slow  # two synthesis runs, one cut short
 def test_a_stopped_synthesis_goes_on_from_its_checkpoint(
     synthesis: tuple[SynthesisReport, float], tmp_path: Path
 ) -> None:

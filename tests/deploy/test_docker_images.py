@@ -122,6 +122,7 @@ def test_healthcheck_passes_one_shot_commands() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # starts a Celery worker and waits for its ping
 def test_healthcheck_pings_this_hosts_celery_worker() -> None:
     # A database of its own, so other suites' workers on this machine cannot answer for ours.
     broker = "redis://127.0.0.1:6379/14"

@@ -67,6 +67,7 @@ def test_exception_in_forward_names_the_line() -> None:
     assert "ValueError: kernel config" in result.message and "model_new.py line" in result.message
 
 
+@pytest.mark.slow  # waits out the deadline
 def test_infinite_loop_times_out_after_a_deadline_scaled_from_the_reference() -> None:
     """The deadline of one call is an allowance plus a multiple of the reference's time, well under the
     request's cap: a hung candidate is stopped in seconds, not after the cap."""

@@ -20,7 +20,8 @@ from cuda_agent.contracts.common import JobStatus
 from tests.agent.agent_fixtures import PROBLEM
 from tests.integration.conftest import RedisServer, lease_pid, start_api, stored_job, wait_stored
 
-pytestmark = pytest.mark.integration
+# Each kills or pauses real workers and waits out leases: the slow tier (CI runs it).
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def submit_probe(base: str, auth: dict[str, str], sleep_s: float, echo: str, key: str | None = None) -> str:

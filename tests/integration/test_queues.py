@@ -12,6 +12,7 @@ from tests.integration.conftest import start_api, stored_job, wait_job
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow  # a worker per queue, started and stopped: half a minute
 def test_probe_through_every_queue_lands_in_postgres(stack_env, spawn, pg_url, auth):
     spawn(["worker", *[q.value for q in QueueName], "--concurrency", "1"], stack_env, "worker")
     base = start_api(spawn, stack_env, "agent")

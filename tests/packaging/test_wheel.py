@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "cuda_agent" / "agent" / "docs" / "candidate_contract.md"
 
@@ -29,6 +31,7 @@ print(json.dumps({"package": cuda_agent.__file__, "prompt": messages[1]["content
 """
 
 
+@pytest.mark.slow  # builds the wheel and installs it in a fresh virtual environment
 def test_installed_wheel_prompts_with_the_full_contract(tmp_path: Path) -> None:
     # Build from a copy: building in the checkout would leave build/ and egg-info behind in a shared tree.
     source = tmp_path / "source"

@@ -10,6 +10,8 @@ import json
 import socket
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,28 @@ def test_store_records_steps_checkpoints_and_final_state(pg_url: str, tmp_path: 
     assert (run.status, run.step, [c.step for c in run.checkpoints]) == (JobStatus.SUCCEEDED, 3, [2, 3])
     steps = store.run_steps("run1", "tenant-a", offset=0, limit=10)
     assert steps is not None and [(s.step, s.metrics["loss"]) for s in steps] == [(1, 2.0), (2, 1.5), (3, 1.0)]
+
+
+@pytest.mark.parametrize("database", ["embedded_db", "pg_url"])
+def test_concurrent_syncs_store_each_step_once(database: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    # A reader's sync and the reaper's sync of the same run at once: neither fails, no step is stored twice.
+    request.getfixturevalue(database)
+    store.create_run("race", "ppo", {}, tenant="tenant-a")
+    store.mark_launched("race", tmp_path, f"{store.LOCAL_PREFIX}{socket.gethostname()}:1")  # pid 1: alive
+    lines = [{"step": step, "loss": 1.0 / step} for step in range(1, 201)]
+    (tmp_path / store.METRICS_FILE).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    write_status(tmp_path, RunState.RUNNING, step=200, checkpoint_step=None)
+    barrier = threading.Barrier(6)
+
+    def sync() -> None:
+        barrier.wait()
+        store.sync_run("race")
+
+    with ThreadPoolExecutor(6) as pool:
+        for future in [pool.submit(sync) for _ in range(6)]:
+            future.result()  # re-raises a sync's error
+    steps = store.run_steps("race", "tenant-a", offset=0, limit=500)
+    assert steps is not None and [s.step for s in steps] == list(range(1, 201))
 
 
 def test_a_run_whose_process_died_without_a_final_status_failed(pg_url: str, tmp_path: Path) -> None:
