@@ -256,22 +256,24 @@ WARP_ROW_MAX = 32 * ROW_CACHE_VALUES
 _SIZEOF = {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "bool": 1}
 
 
-def row_cache(kernel: RowKernel, threads: int, where: str = "regs") -> frozenset[str]:
-    """The buffers a kernel whose rows ``threads`` threads share (a block's, or a warp's 32) keeps ``where``
-    ("regs": each thread's share in registers, "smem": the row in shared memory, a block per row only): those read at
-    the row's own index in more than one pass over the row (statistics, then outputs); none when they would not
-    fit."""
-    passes = [red.scope for red in kernel.reductions if not red.invariant]
+def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int | None = None) -> frozenset[str]:
+    """The buffers a kernel of ``block`` threads a block, ``threads`` of them sharing a row (the block's by default;
+    a warp's 32), keeps ``where`` ("regs": each thread's share in registers, "smem": the row in shared memory, a
+    block per row only): those read at the row's own index in more than one pass over the row (statistics, then
+    outputs); none when they would not fit."""
+    passes = [set().union(*(r.scope.identity_loads for r in group)) for group in _passes(kernel.reductions)]
     if kernel.full_outputs:
-        passes.append(kernel.out_scope)
+        passes.append(set(kernel.out_scope.identity_loads))
     counts: dict[str, int] = {}
-    for scope in passes:
-        for b in scope.identity_loads:
+    for loads in passes:
+        for b in loads:
             counts[b] = counts.get(b, 0) + 1
     buffers = frozenset(b for b, n in counts.items() if n > 1)
     if where == "regs":
-        items = -(-kernel.inner // threads)
-        fits = items * len(buffers) <= ROW_CACHE_VALUES
+        items = -(-kernel.inner // (threads or block))
+        # The block's threads share the SM's 64K registers: the cache takes at most a quarter of a thread's share
+        # (16 values at 1024 threads a block), so the rest of the kernel does not spill.
+        fits = items * len(buffers) <= min(ROW_CACHE_VALUES, 65536 // block // 4)
     else:
         fits = _smem_layout(kernel, buffers)[1] <= ROW_CACHE_SMEM_BYTES
     # Rows along the last dim run a block or a warp per row (``_layout``); the others have no row to cache.
@@ -368,7 +370,7 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     cached: dict[str, str] = {}
     threads = 32 if layout == "warp" else block
     caching = (layout == "block" and cache != "none") or (layout == "warp" and cache == "regs")
-    buffers = row_cache(kernel, threads, cache) if caching else frozenset()
+    buffers = row_cache(kernel, block, cache, threads) if caching else frozenset()
     if buffers and cache == "regs":
         # Pass k of every loop visits the same element r, so element k of a thread's cache is the one it loaded;
         # unrolled over a compile-time count, the cache arrays live in registers.

@@ -60,10 +60,14 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     out[1:1] = [replace(base, block=b, cache="smem") for b in in_smem]
     # Short contiguous rows: a warp each (several rows a block, no barriers), first with the row in registers.
     warp = [k for k in rows if k.reduced and warp_rows(k)]
-    warp_cached = any(row_cache(k, 32) for k in warp)
+    warp_cached = any(row_cache(k, base.block, threads=32) for k in warp)
     out[1:1] = [replace(base, rows="warp", cache="regs")] * warp_cached + [replace(base, rows="warp")] * bool(warp)
     if has_rows:
-        out += [replace(base, rows="block"), replace(base, rows="thread")]
+        out.append(replace(base, rows="block"))
+    # A thread per row reads coalesced only where neighbouring rows are neighbouring columns (the reduced dims are
+    # not the last); contiguous rows shorter than a warp run a thread each anyway (``_layout``).
+    if any(k.reduced and not k.along_last for k in rows):
+        out.append(replace(base, rows="thread"))
     if gemms:
         out += [replace(base, gemm=v.gemm, tile=v.tile, micro=v.micro) for v in ours]
     if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
@@ -89,10 +93,14 @@ def author_problem(source: str, device: str, tf32: bool = False, form: str = "pr
     variants are candidates of ``form`` ("project" or "workdir")."""
     try:
         plan = plan_graph(capture_problem(source))
-        emitted = [(v.label(), candidate_files(plan, source, device, v, form)) for v in variants(plan, device, tf32)]
+        emitted: dict[str, tuple[str, dict[str, str]]] = {}
+        for v in variants(plan, device, tf32):
+            files = candidate_files(plan, source, device, v, form)
+            # Knobs a plan's kernels do not read leave the same sources: one verification of them is enough.
+            emitted.setdefault(json.dumps(files, sort_keys=True), (v.label(), files))
     except Unsupported as exc:
         return Authored(unsupported=str(exc))
-    return Authored(plan=plan.describe(), variants=emitted)
+    return Authored(plan=plan.describe(), variants=list(emitted.values()))
 
 
 def author_sandboxed(source: str, device: str, tf32: bool = False, form: str = "project") -> Authored:

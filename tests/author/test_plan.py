@@ -94,13 +94,17 @@ def test_reshape_coords_keep_untouched_dims() -> None:
 def test_a_row_read_in_several_passes_is_cached_where_it_fits() -> None:
     """Softmax passes over its 513-wide rows three times (max, sum, output): the input is the cached buffer. In
     registers at 256 threads a row (three items a thread) and at a warp's 32 (17), not at 16 (33 items, past the
-    register budget); in shared memory (2 KB) at any block size."""
+    register budget); in shared memory (2 KB) at any block size. Statistics that share a pass (the layer norm's sum
+    and sum of squares) read the row once: the output pass makes it twice."""
     from cuda_agent.author.emit import ROW_CACHE_VALUES, row_cache
 
     (kernel,) = _kernels(problems.SOFTMAX)
     assert kernel.inner == 513
-    assert row_cache(kernel, 256) == frozenset({"in0"}) == row_cache(kernel, 32) == row_cache(kernel, 32, "smem")
+    assert row_cache(kernel, 256) == frozenset({"in0"}) == row_cache(kernel, 256, threads=32)
+    assert row_cache(kernel, 32, "smem") == frozenset({"in0"})
     assert ROW_CACHE_VALUES < -(-513 // 16) and row_cache(kernel, 16) == frozenset()
+    (long_rows,) = _kernels(problems.LONG_ROWS)  # 40,000 wide: 40 items a thread even at 1024 threads
+    assert row_cache(long_rows, 1024) == frozenset() and row_cache(long_rows, 1024, "smem") == frozenset({"in0"})
     (elementwise,) = _kernels(problems.GELU_RESIDUAL)  # one pass: nothing read twice
     assert row_cache(elementwise, 256) == frozenset() == row_cache(elementwise, 256, "smem")
 
