@@ -120,6 +120,26 @@ __device__ T warp_scan(T v, Op op, T, T* total) {
     return v;
 }
 
+// Exclusive forms: each thread gets the combination of the threads before it (the first, the identity). A block's
+// first lane of a warp reads the previous warp's last inclusive value; the next call's leading barrier (block_scan's)
+// keeps it from being overwritten while read.
+template <typename T, typename Op>
+__device__ T warp_exclusive_scan(T v, Op op, T identity, T* total) {
+    const T up = __shfl_up_sync(0xffffffffu, warp_scan(v, op, identity, total), 1);
+    return (threadIdx.x & 31) == 0 ? identity : up;
+}
+
+template <typename T, typename Op>
+__device__ T block_exclusive_scan(T v, Op op, T identity, T* total) {
+    __shared__ T last[32];
+    const T inclusive = block_scan(v, op, identity, total);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const T up = __shfl_up_sync(0xffffffffu, inclusive, 1);
+    if (lane == 31) last[warp] = inclusive;
+    __syncthreads();
+    return lane > 0 ? up : warp > 0 ? last[warp - 1] : identity;
+}
+
 // A tile of 32 rows per block, lane l of every warp on row l: each thread gets its row's result, combined over the
 // warps in a fixed order. Leading barrier: as block_reduce's.
 template <typename T, typename Op>
@@ -256,6 +276,28 @@ WARP_ROW_MAX = 32 * ROW_CACHE_VALUES
 _SIZEOF = {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "bool": 1}
 
 
+# A scan along a block or a warp gives each thread SCAN_GROUP consecutive elements of a chunk: the thread scans them
+# itself, so one scan across the threads covers SCAN_GROUP times as many elements, and the warp still reads
+# consecutive memory (32 groups side by side).
+SCAN_GROUP = 4
+
+
+def _items(kernel: RowKernel, threads: int) -> int:
+    """Elements of a row each of its ``threads`` threads visits (the last ones possibly past the row's end)."""
+    if kernel.scan is None:
+        return -(-kernel.inner // threads)
+    return -(-kernel.inner // (threads * SCAN_GROUP)) * SCAN_GROUP
+
+
+def _item(kernel: RowKernel, first: str, threads: int) -> str:
+    """The element ``r`` a thread (its index among the row's threads: ``first``) visits as its item ``k``: strided
+    by the thread count, or for scans in groups (``SCAN_GROUP``)."""
+    if kernel.scan is None:
+        return f"{first} + (int64_t)k * {threads}"
+    g = SCAN_GROUP
+    return f"((int64_t)(k / {g}) * {threads} + {first}) * {g} + (k % {g})"
+
+
 def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int | None = None) -> frozenset[str]:
     """The buffers a kernel of ``block`` threads a block, ``threads`` of them sharing a row (the block's by default;
     a warp's 32), keeps ``where`` ("regs": each thread's share in registers, "smem": the row in shared memory, a
@@ -270,7 +312,7 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int |
             counts[b] = counts.get(b, 0) + 1
     buffers = frozenset(b for b, n in counts.items() if n > 1)
     if where == "regs":
-        items = -(-kernel.inner // (threads or block))
+        items = _items(kernel, threads or block)
         # The block's threads share the SM's 64K registers: the cache takes at most a quarter of a thread's share
         # (16 values at 1024 threads a block), so the rest of the kernel does not spill.
         fits = items * len(buffers) <= min(ROW_CACHE_VALUES, 65536 // block // 4)
@@ -371,14 +413,18 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     threads = 32 if layout == "warp" else block
     caching = (layout == "block" and cache != "none") or (layout == "warp" and cache == "regs")
     buffers = row_cache(kernel, block, cache, threads) if caching else frozenset()
-    if buffers and cache == "regs":
-        # Pass k of every loop visits the same element r, so element k of a thread's cache is the one it loaded;
-        # unrolled over a compile-time count, the cache arrays live in registers.
-        items = -(-kernel.inner // threads)
+    items = _items(kernel, threads)
+    # Item k of every loop is the same element r in a thread, so element k of a thread's cache is the one it loaded
+    # and a scan's groups are the elements its passes read; unrolled over a compile-time count, the cache arrays
+    # live in registers.
+    grouped = kernel.scan is not None and layout in ("block", "warp")
+    if grouped or (buffers and cache == "regs"):
+        unroll = "#pragma unroll\n" if buffers and cache == "regs" else ""
         loop = (
-            f"#pragma unroll\nfor (int k = 0; k < {items}; ++k) "
-            f"if (const int64_t r = {start} + (int64_t)k * {threads}; r < {kernel.inner}LL)"
+            f"{unroll}for (int k = 0; k < {items}; ++k) "
+            f"if (const int64_t r = {_item(kernel, start, threads)}; r < {kernel.inner}LL)"
         )
+    if buffers and cache == "regs":
         cached = {b: f"c_{b}[k]" for b in sorted(buffers)}
         # Zeroed: a block scan's last chunk reads the items past the row's end too (and discards them).
         lines += [f"{kernel.reads[b].ctype} c_{b}[{items}] = {{}};" for b in sorted(buffers)]
@@ -468,42 +514,55 @@ def _passes(reductions: list[FusedReduction]) -> list[list[FusedReduction]]:
 def _chunked_scan(
     kernel: RowKernel, walked: list[str], full_index: str, layout: str, threads: int, cached: dict[str, str]
 ) -> list[str]:
-    """A scan along a row a block or a warp (``layout``, its ``threads``) runs: chunks of ``threads`` consecutive
-    elements (one per thread, coalesced), each scanned across the threads and offset by the chunks before it.
+    """A scan along a row a block or a warp (``layout``, its ``threads``) runs, chunk by chunk: a chunk is
+    ``SCAN_GROUP`` consecutive elements per thread, the threads' groups side by side (coalesced). Each thread scans
+    its group, the group totals are scanned across the threads (exclusive), and the chunks before offset it all.
     Threads past the row's end scan the identity; their coordinates wrap around (``_coords`` takes every one modulo
-    its size), so their loads stay in bounds. ``cached``: operands held in registers (chunk k is element k of a
-    thread's cache)."""
+    its size), so their loads stay in bounds. ``cached``: operands held in registers (item k of a thread's cache is
+    element j of chunk c's group, k = c * SCAN_GROUP + j: ``_item``)."""
     scan = kernel.scan
     assert scan is not None
     identity, combine = reduction(scan.op, scan.ctype)
-    t = scan.ctype
+    t, g = scan.ctype, SCAN_GROUP
     out, value = kernel.full_outputs[0]
-    body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
-    body += [
-        f"const {t} x_scan = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});",
-        f"{t} chunk_total;",
-        f"const {t} y_scan = {layout}_scan<{t}>(x_scan, {_OPS[scan.op]}(), ({t})({identity}), &chunk_total);",
-    ]
+    first = _LANES[layout][0]
+    element = [f"const int k = c * {g} + j;", f"const int64_t r = {_item(kernel, first, threads)};", *walked]
+    compute = element + _scope_body(kernel, kernel.out_scope, full_index, cached)
+    compute.append(f"x_scan[j] = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});")
     # A sum's carry is compensated (Kahan), as the serial scan's running sum is: it is the term that grows along the
     # row, and its rounding errors outlive the magnitude that made them (a suffix sum back near zero keeps them).
     kahan = _compensated(scan.op, t)
-    total = combine.format(a="carry", v="(y_scan - carry_comp)" if kahan else "y_scan")
-    body.append(f"if (r < {kernel.inner}LL) " + stored(kernel.writes[out], f"{out}[{full_index}]", total))
+    prefix = combine.format(a="before", v="x_scan[j]")
+    total = combine.format(a="carry", v=f"({prefix} - carry_comp)" if kahan else prefix)
+    store = [*element, f"if (r < {kernel.inner}LL) " + stored(kernel.writes[out], f"{out}[{full_index}]", total)]
+    body = [
+        f"{t} x_scan[{g}];",
+        *_unrolled(f"for (int j = 0; j < {g}; ++j)", compute),
+        *_unrolled(
+            f"for (int j = 1; j < {g}; ++j)", [f"x_scan[j] = {combine.format(a='x_scan[j - 1]', v='x_scan[j]')};"]
+        ),
+        f"{t} chunk_total;",
+        f"const {t} before = {layout}_exclusive_scan<{t}>(x_scan[{g - 1}], {_OPS[scan.op]}(), ({t})({identity}), "
+        "&chunk_total);",
+        *_unrolled(f"for (int j = 0; j < {g}; ++j)", store),
+    ]
     body += (
         _kahan("carry", "carry_comp", "chunk_total", t)
         if kahan
         else [f"carry = {combine.format(a='carry', v='chunk_total')};"]
     )
-    # Every thread runs every chunk (the scan's shuffles and barriers): the loop ends on the chunk's first element.
-    first = _LANES[layout][0]
-    loop = f"for (int64_t r = {first}; r - {first} < {kernel.inner}LL; r += {threads})"
-    # Unrolled over a compile-time count: cache arrays stay in registers, and a warp's row (at most 32 chunks) has
-    # its later chunks' loads issued before the carry reaches them.
+    # Every thread runs every chunk (the scan's shuffles and barriers). Unrolled over a compile-time count: cache
+    # arrays stay in registers, and a warp's row (at most 8 chunks) has its later chunks' loads issued before the
+    # carry reaches them.
+    loop = f"for (int c = 0; c < {_items(kernel, threads) // g}; ++c)"
     if cached or layout == "warp":
-        loop = f"#pragma unroll\nfor (int k = 0; k < {-(-kernel.inner // threads)}; ++k)"
-        body.insert(0, f"const int64_t r = {first} + (int64_t)k * {threads};")
+        loop = "#pragma unroll\n" + loop
     start = [f"{t} carry = ({t})({identity});"] + ([f"{t} carry_comp = ({t})0;"] if kahan else [])
     return [*start, *_loop(loop, body)]
+
+
+def _unrolled(loop: str, body: list[str]) -> list[str]:
+    return ["#pragma unroll", loop + " {", *("    " + b for b in body), "}"]
 
 
 def _indent(lines: list[str], n: int) -> str:

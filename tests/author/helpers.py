@@ -1,9 +1,12 @@
-"""Run the author's C++ back end directly: plan, emit, build with g++, call the launchers through ctypes and
-compare with the reference on real inputs. Fast enough for unit tests (no sandbox, no evaluation children)."""
+"""Run the author's back ends directly: plan, emit, build with g++, call the launchers through ctypes and compare
+with the reference on real inputs. Fast enough for unit tests (no sandbox, no evaluation children). The CUDA back
+end's row kernels run on the host through ``cuda_emulator.h`` (threads, barriers and shuffles emulated)."""
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import re
 import subprocess
 import types
 from pathlib import Path
@@ -12,18 +15,47 @@ import torch
 
 from cuda_agent.author import Variant, capture_problem, plan_graph
 from cuda_agent.author.emit import emit_source
+from cuda_agent.author.plan import Plan
+
+EMULATOR = Path(__file__).with_name("cuda_emulator.h")
+_LAUNCH = re.compile(r"(\w+)<<<(.+?), (\d+), (\w+), stream>>>\((.*?)\);")
+
+
+def emulated_cuda(source: str) -> str:
+    """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory a
+    static buffer."""
+    source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"')
+    source = source.replace(
+        "extern __shared__ __align__(16) unsigned char row_smem[];", "unsigned char* row_smem = emu_dynamic_smem;"
+    )
+    return _LAUNCH.sub(r"emu_launch(\1, \2, \3, \4, \5);", source)
 
 
 def run_cpu(source: str, tmp: Path) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(ours, reference) outputs of one call on seeded inputs."""
+    """(ours, reference) outputs of one call on seeded inputs, on the C++/OpenMP back end."""
     plan = plan_graph(capture_problem(source))
     (tmp / "k.cpp").write_text(emit_source(plan, "cpu", Variant()))
+    return _run(plan, source, tmp, ["-fopenmp"])
+
+
+def run_emulated_cuda(source: str, tmp: Path, variant: Variant) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(ours, reference) outputs of one call on seeded inputs, on the CUDA back end's ``variant`` emulated."""
+    plan = plan_graph(capture_problem(source))
+    (tmp / "k.cpp").write_text(emulated_cuda(emit_source(plan, "cuda", variant)))
+    return _run(plan, source, tmp, ["-std=c++20", "-pthread", "-Wno-unknown-pragmas"], stream=True)
+
+
+def _run(
+    plan: Plan, source: str, tmp: Path, flags: list[str], stream: bool = False
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    # A library per source: dlopen hands back the library already loaded from a path, whatever is there now.
+    library = tmp / f"k-{hashlib.sha256((tmp / 'k.cpp').read_bytes()).hexdigest()[:16]}.so"
     subprocess.run(
-        ["g++", "-O1", "-fopenmp", "-shared", "-fPIC", "-o", str(tmp / "k.so"), str(tmp / "k.cpp")],
+        ["g++", "-O1", *flags, "-shared", "-fPIC", "-o", str(library), str(tmp / "k.cpp")],
         check=True,
         capture_output=True,
     )
-    lib = ctypes.CDLL(str(tmp / "k.so"))
+    lib = ctypes.CDLL(str(library))
     module = types.ModuleType("author_test_problem")
     exec(compile(source, "model.py", "exec"), module.__dict__)
     torch.manual_seed(0)
@@ -40,5 +72,5 @@ def run_cpu(source: str, tmp: Path) -> tuple[list[torch.Tensor], list[torch.Tens
         buffers.setdefault(name, torch.empty(node.shape, dtype=getattr(torch, node.dtype)))
     for kernel in plan.kernels:
         args = [ctypes.c_void_p(buffers[b].data_ptr()) for b in [*kernel.reads, *kernel.writes]]
-        getattr(lib, kernel.name)(*args)
+        getattr(lib, kernel.name)(*args, *([ctypes.c_void_p(None)] if stream else []))
     return [buffers[o] for o in plan.outputs], refs

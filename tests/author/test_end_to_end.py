@@ -115,10 +115,10 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
     ("source", "knob", "code"),
     [
         (problems.STANDARDIZE_COLUMNS, "cache=none", "tile_reduce<float>"),
-        (problems.SOFTMAX_CUMSUM, "cache=none", "block_scan<float>"),
+        (problems.SOFTMAX_CUMSUM, "cache=none", "block_exclusive_scan<float>"),
         (problems.SOFTMAX_CUMSUM, "cache=regs", "const float ld_in0 = c_in0[k];"),
         (problems.SOFTMAX, "rows=warp", "float c_in0[17] = {};"),
-        (problems.SOFTMAX_CUMSUM, "rows=warp", "warp_scan<float>"),
+        (problems.SOFTMAX_CUMSUM, "rows=warp", "warp_exclusive_scan<float>"),
     ],
     ids=["column_tiles", "block_scan", "block_scan_in_registers", "warp_rows_in_registers", "warp_scan"],
 )

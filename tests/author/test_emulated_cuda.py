@@ -1,0 +1,60 @@
+"""The CUDA back end's row kernels, every variant the search would time, run on the host through the emulator
+(tests/author/cuda_emulator.h: a thread per CUDA thread, real barriers, shuffles through the warp's lanes) and
+compared with the reference: the layouts' index arithmetic, reductions, scans and caches are checked here, without a
+GPU; the gpu-marked tests check the same on the H200."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuda_agent.author import capture_problem, plan_graph
+from cuda_agent.author.plan import RowKernel
+from cuda_agent.author.search import variants
+from tests.author import problems
+from tests.author.helpers import run_emulated_cuda
+
+pytestmark = pytest.mark.sandbox
+
+# Few rows (the emulator runs a thread per CUDA thread, and every barrier is a context switch), of the lengths that
+# shape the layouts.
+SOURCES = {
+    # rows of 513: a block or a warp a row, the row in registers or shared memory
+    "softmax": problems.problem("        pass", "        return torch.softmax(x, dim=-1)", "[torch.randn(6, 513)]"),
+    # one-pass statistics in double, of values far from zero
+    "layernorm": problems.problem(
+        "        self.norm = nn.LayerNorm(96)", "        return self.norm(x)", "[100.0 + torch.randn(5, 96)]"
+    ),
+    # a middle dim reduced: 32 columns a tile, a block or a thread a row
+    "sum_subtract": problems.problem(
+        "        pass", "        s = x.sum(dim=1, keepdim=True)\n        return x - s / 7.0", "[torch.randn(2, 40, 24)]"
+    ),
+    # three statistics in one pass, 70 columns in 3 tiles (the last part empty)
+    "standardize_columns": problems.problem(
+        "        pass",
+        "        return (x - x.mean(dim=0)) / (x.std(dim=0) + 1e-5)",
+        "[3.0 + 2.0 * torch.randn(300, 70)]",
+    ),
+    # a scan after statistics in groups of 4 a thread, rows no chunk divides
+    "softmax_cumsum": problems.problem(
+        "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(5, 1000)]"
+    ),
+    "cumprod_short_rows": problems.problem(
+        "        pass", "        return torch.cumprod(x, dim=-1)", "[torch.rand(6, 130) + 0.5]"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_every_cuda_variant_matches_the_reference_emulated(name: str, tmp_path: Path) -> None:
+    source = SOURCES[name]
+    plan = plan_graph(capture_problem(source))
+    assert all(isinstance(k, RowKernel) for k in plan.kernels)
+    tried = variants(plan, "cuda")
+    assert len(tried) > 1
+    for variant in tried:
+        ours, refs = run_emulated_cuda(source, tmp_path, variant)
+        for out, ref in zip(ours, refs, strict=True):
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=lambda m, v=variant: f"{v.label()}: {m}")
