@@ -468,6 +468,9 @@ def bench_optimize(
     resume: Annotated[
         bool, typer.Option(help="Keep the rows already in --json and optimize only the problems it lacks.")
     ] = False,
+    redo: Annotated[
+        list[str] | None, typer.Option(help="With --resume: optimize this problem again all the same (repeatable).")
+    ] = None,
 ) -> None:
     """The optimize job on every problem: a table, a summary, and the CI gate.
 
@@ -491,6 +494,10 @@ def bench_optimize(
                 earlier = OptimizeBenchFigures.model_validate_json(json_out.read_text())
             except ValueError as exc:
                 raise ConfigError(f"--json {json_out}: not figures of bench optimize ({exc})") from None
+            # A newer version of the author measured again: its rows replace the ones kept.
+            earlier.rows = [row for row in earlier.rows if row.problem not in set(redo or ())]
+    elif redo:
+        raise ConfigError("--redo re-measures problems of an earlier run: it goes with --resume")
     _ensure_embedded_db()
 
     def save(figures: OptimizeBenchFigures) -> None:

@@ -14,7 +14,8 @@
 # copied to $OUT after every run: bring it back into the checkout, and the next call goes on from it).
 # `dev` goes on with the development suite's optimize run (issue 14) for DEV_TIMEOUT seconds (default 540), resuming
 # from DEV_JSON (default bench-results/dev.json, copied to $OUT after the run: bring it back into the checkout);
-# DEV_ONLY="a b" measures only those problems (file stems), e.g. rows deleted from DEV_JSON to measure them again.
+# DEV_ONLY="a b" measures only those problems (file stems); DEV_REDO="a b" measures those again though DEV_JSON has
+# their rows (a newer author), replacing them.
 # Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS,
 # SKIP_HACKS=1, GPU_TESTS (test paths instead of tests/, to split the suite over calls of the device tool).
 set -u
@@ -110,6 +111,7 @@ echo "== development suite on cuda"
 rows=${DEV_JSON:-bench-results/dev.json}
 only=()
 for name in ${DEV_ONLY:-}; do only+=(--only "$name"); done
+for name in ${DEV_REDO:-}; do only+=(--redo "$name"); done
 timeout "${DEV_TIMEOUT:-540}" python3 -m cuda_agent.cli bench optimize --problems examples/dev --device cuda \
   --time-budget-s 60 --json "$rows" --resume "${only[@]}" 2>&1 | tee "$OUT/dev.log" | tail -n 80
 cp "$rows" "$OUT/" 2>/dev/null

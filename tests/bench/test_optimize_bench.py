@@ -160,3 +160,30 @@ def test_resume_keeps_earlier_rows_and_optimizes_only_the_rest(tmp_path: Path) -
         env={"CUDA_AGENT_DATA_DIR": str(tmp_path / "data")},
     )  # the default budget differs from the earlier run's
     assert result.returncode == 2 and "resume with the same settings" in result.stderr, result.stderr
+
+
+def test_redo_goes_with_resume(tmp_path: Path) -> None:
+    result = cli("bench", "optimize", "--problems", str(DATA), "--device", "cpu", "--redo", "scaled_tanh")
+    assert result.returncode == 2 and "--redo re-measures problems of an earlier run" in result.stderr
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_redo_measures_a_kept_problem_again(tmp_path: Path) -> None:
+    earlier = OptimizeBenchFigures(
+        policy="heuristic", device=Device.CPU, threshold=1.05, against=Against.EAGER, time_budget_s=60.0
+    )
+    earlier.rows = [row(p.stem, eager=2.0) for p in discover_problems(DATA)]
+    saved = tmp_path / "figures.json"
+    saved.write_text(earlier.model_dump_json())
+    result = cli(
+        *("bench", "optimize", "--problems", str(DATA), "--device", "cpu", "--json", str(saved), "--resume"),
+        *("--time-budget-s", "60", "--redo", "scaled_tanh"),
+        env={"CUDA_AGENT_DATA_DIR": str(tmp_path / "data")},
+        timeout=900,
+    )
+    said = result.stdout + result.stderr
+    assert f"resuming: {len(earlier.rows) - 1} problems measured earlier, 1 left" in said, said
+    rows = {r.problem: r for r in OptimizeBenchFigures.model_validate_json(saved.read_text()).rows}
+    assert rows["scaled_tanh"].eager_ms is not None and rows["scaled_tanh"].correct  # measured now, not kept
+    assert rows["relu_rowsum"].eager_ms is None and rows["relu_rowsum"].speedup_vs_eager == 2.0
