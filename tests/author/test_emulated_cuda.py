@@ -41,6 +41,10 @@ SOURCES = {
     "softmax_cumsum": problems.problem(
         "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(5, 1000)]"
     ),
+    # statistics materialized in double by one kernel, read by an elementwise one (float4 where aligned)
+    "group_norm": problems.problem(
+        "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
+    ),
     "cumprod_short_rows": problems.problem(
         "        pass", "        return torch.cumprod(x, dim=-1)", "[torch.rand(6, 130) + 0.5]"
     ),
