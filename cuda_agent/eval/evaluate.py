@@ -22,7 +22,6 @@ import logging
 import os
 import platform
 import socket
-import statistics
 import time
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -843,10 +842,12 @@ class Evaluation:
             failure = stop.run.message or "no timing"
         if second is None or not second.host_samples_ms:
             raise unconfirmed(f"re-timing in a fresh process failed: {failure}")
-        host_median = statistics.median(second.host_samples_ms)
-        if host_median > 2 * first.median_ms + 0.05:
+        # The fastest re-timed call: work done off the clock lengthens every call of the re-timing, a busy host
+        # only some of them (a loaded CI machine made the median of an honest kernel 40x its claim).
+        host_best = min(second.host_samples_ms)
+        if host_best > 2 * first.median_ms + 0.05:
             raise unconfirmed(
-                f"claimed {first.median_ms:.4f} ms per call; a host-clock re-timing measured {host_median:.4f} ms"
+                f"claimed {first.median_ms:.4f} ms per call; a host-clock re-timing measured {host_best:.4f} ms at best"
             )
         second_stats = stats(second)
         return second_stats if second_stats.median_ms > first.median_ms else first

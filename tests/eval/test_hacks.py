@@ -364,7 +364,8 @@ def test_shared_buffer_never_holds_reference_outputs() -> None:
 
 
 def test_implausible_speedup_must_be_confirmed() -> None:
-    """A claimed time far below what an independent re-timing in a fresh process measures is rejected."""
+    """A claimed time far below what an independent re-timing in a fresh process measures, at its fastest call, is
+    rejected."""
     from cuda_agent.contracts.candidate import CandidateSource
 
     slow = module_new("import time\ntime.sleep(0.002)\n" + COPY + "\nreturn out")
