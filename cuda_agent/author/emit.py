@@ -472,19 +472,11 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
                 lines.append(f"const {t} {red.var} = acc_{red.var};")
     if kernel.scan is not None and layout in ("block", "warp"):
         lines += _chunked_scan(kernel, walked, full_index, layout, threads, cached if cache == "regs" else {})
+    elif kernel.scan is not None and layout == "tile":
+        lines += _segment_scan(kernel, walked, full_index, block)
     elif kernel.scan is not None:
-        identity, combine = reduction(kernel.scan.op, kernel.scan.ctype)
-        t = kernel.scan.ctype
-        lines.append(f"{t} running = ({t})({identity});")
-        body = walked + _scope_body(kernel, kernel.out_scope, full_index)
-        if _compensated(kernel.scan.op, t):
-            lines.append(f"{t} comp = ({t})0;")
-            body += _kahan("running", "comp", kernel.full_outputs[0][1], t)
-        else:
-            body.append(f"running = {combine.format(a='running', v=kernel.full_outputs[0][1])};")
-        out = kernel.full_outputs[0][0]
-        body.append(stored(kernel.writes[out], f"{out}[{full_index}]", "running"))
-        lines += _loop(loop, body)
+        identity = reduction(kernel.scan.op, kernel.scan.ctype)[0]
+        lines += _serial_scan(kernel, walked, full_index, loop, "running", f"({kernel.scan.ctype})({identity})", "")
     elif kernel.full_outputs:
         body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
         body += [element_guard + stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs]
@@ -509,6 +501,61 @@ def _passes(reductions: list[FusedReduction]) -> list[list[FusedReduction]]:
         else:
             current.append(red)
     return passes
+
+
+def _serial_scan(
+    kernel: RowKernel, walked: list[str], full_index: str, loop: str, var: str, start: str, store_guard: str | None
+) -> list[str]:
+    """``var``: ``start`` combined, in order, with the scanned value of every element ``loop`` visits (a sum
+    compensated); with ``store_guard``, each running value is stored at its element on the way."""
+    scan = kernel.scan
+    assert scan is not None
+    combine, t = reduction(scan.op, scan.ctype)[1], scan.ctype
+    out, value = kernel.full_outputs[0]
+    lines = [f"{t} {var} = {start};"]
+    body = walked + _scope_body(kernel, kernel.out_scope, full_index)
+    if _compensated(scan.op, t):
+        lines.append(f"{t} comp_{var} = ({t})0;")
+        body += _kahan(var, f"comp_{var}", value, t)
+    else:
+        body.append(f"{var} = {combine.format(a=var, v=value)};")
+    if store_guard is not None:
+        body.append(store_guard + stored(kernel.writes[out], f"{out}[{full_index}]", var))
+    return lines + _loop(loop, body)
+
+
+def _segment_scan(kernel: RowKernel, walked: list[str], full_index: str, block: int) -> list[str]:
+    """A scan along 32 neighbouring rows a block (layout "tile": lane l on row l, coalesced), each warp a contiguous
+    segment of the rows' length: the warps total their segments, each starts from the totals of the segments before
+    its own and scans its segment again, storing. The operands are read twice, with every warp busy where a thread
+    per row would leave the GPU idle."""
+    scan = kernel.scan
+    assert scan is not None
+    identity, combine = reduction(scan.op, scan.ctype)
+    t, warps = scan.ctype, block // 32
+    seg = -(-kernel.inner // warps)
+    loop = "for (int64_t r = seg_begin; r < seg_end; ++r)"
+    lane, warp = "(threadIdx.x & 31)", "(threadIdx.x >> 5)"
+    total = _serial_scan(kernel, walked, full_index, loop, "total", f"({t})({identity})", None)
+    scanned = _serial_scan(kernel, walked, full_index, loop, "running", "before", "if (live) ")
+    # Each pass in a scope of its own: both compute, and hoist, the same named values.
+    return [
+        f"const int64_t seg_begin = (int64_t){warp} * {seg}LL;",
+        f"const int64_t seg_end = seg_begin + {seg}LL < {kernel.inner}LL ? seg_begin + {seg}LL : {kernel.inner}LL;",
+        f"{t} segment;",
+        "{",
+        *("    " + line for line in [*total, "segment = total;"]),
+        "}",
+        f"__shared__ {t} segment_totals[{warps}][33];",
+        "__syncthreads();  // the previous tile's readers are done",
+        f"segment_totals[{warp}][{lane}] = segment;",
+        "__syncthreads();",
+        f"{t} before = ({t})({identity});",
+        f"for (int w = 0; w < {warp}; ++w) before = {combine.format(a='before', v=f'segment_totals[w][{lane}]')};",
+        "{",
+        *("    " + line for line in scanned),
+        "}",
+    ]
 
 
 def _chunked_scan(
@@ -589,13 +636,13 @@ def _layout(kernel: RowKernel, variant: Variant) -> str:
     """How the threads share out a row kernel's rows (``_LANES``). By default: a block per row when its threads
     read the row contiguously (the last dim is reduced); a tile of 32 rows per block otherwise, so a warp reads
     32 neighbouring columns (coalesced) while the block's warps split the reduced dims between them; a thread per
-    row for short rows. A warp per row where asked and ``warp_rows``; scans run along a thread, a warp or a block."""
+    row for short rows. A warp per row where asked and ``warp_rows``."""
     if not kernel.reduced or (variant.rows == "auto" and kernel.inner < 32):
         return "thread"
     choice = variant.rows
     if choice == "auto" or (choice == "warp" and not warp_rows(kernel)):
         choice = "block" if kernel.along_last else "tile"
-    return "thread" if choice == "tile" and kernel.scan is not None else choice
+    return choice
 
 
 def _cuda_row(kernel: RowKernel, variant: Variant) -> str:

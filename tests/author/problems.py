@@ -90,6 +90,8 @@ BMM_TRANSPOSED = problem(
 STANDARDIZE_COLUMNS = problem(
     "        pass", "        return (x - x.mean(dim=0)) / (x.std(dim=0) + 1e-5)", "[3.0 + 2.0 * torch.randn(3000, 70)]"
 )
+# A scan down the columns (not the last dim): 32 columns a block, each warp a segment of the 300 rows.
+COLUMN_CUMSUM = problem("        pass", "        return torch.cumsum(x, dim=1)", "[torch.randn(3, 300, 70)]")
 # A scan after row statistics, in rows no block size divides (the last chunk part empty).
 SOFTMAX_CUMSUM = problem(
     "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(64, 1000)]"

@@ -16,8 +16,6 @@ from cuda_agent.author.search import variants
 from tests.author import problems
 from tests.author.helpers import run_emulated_cuda
 
-pytestmark = pytest.mark.sandbox
-
 # Few rows (the emulator runs a thread per CUDA thread, and every barrier is a context switch), of the lengths that
 # shape the layouts.
 SOURCES = {
@@ -45,6 +43,8 @@ SOURCES = {
     "group_norm": problems.problem(
         "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
     ),
+    # a scan down 210 columns: 32 a block, each warp a segment of the 300 rows, 7 tiles (the last part empty)
+    "column_cumsum": problems.COLUMN_CUMSUM,
     "cumprod_short_rows": problems.problem(
         "        pass", "        return torch.cumprod(x, dim=-1)", "[torch.rand(6, 130) + 0.5]"
     ),
