@@ -495,7 +495,8 @@ def bench_optimize(
             except ValueError as exc:
                 raise ConfigError(f"--json {json_out}: not figures of bench optimize ({exc})") from None
             # A newer version of the author measured again: its rows replace the ones kept.
-            earlier.rows = [row for row in earlier.rows if row.problem not in set(redo or ())]
+            again = set(redo or ())
+            earlier.rows = [row for row in earlier.rows if row.problem not in again]
     elif redo:
         raise ConfigError("--redo re-measures problems of an earlier run: it goes with --resume")
     _ensure_embedded_db()

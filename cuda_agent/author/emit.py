@@ -418,13 +418,14 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     # and a scan's groups are the elements its passes read; unrolled over a compile-time count, the cache arrays
     # live in registers.
     grouped = kernel.scan is not None and layout in ("block", "warp")
-    if grouped or (buffers and cache == "regs"):
-        unroll = "#pragma unroll\n" if buffers and cache == "regs" else ""
+    in_registers = bool(buffers) and cache == "regs"
+    if grouped or in_registers:
+        unroll = "#pragma unroll\n" if in_registers else ""
         loop = (
             f"{unroll}for (int k = 0; k < {items}; ++k) "
             f"if (const int64_t r = {_item(kernel, start, threads)}; r < {kernel.inner}LL)"
         )
-    if buffers and cache == "regs":
+    if in_registers:
         cached = {b: f"c_{b}[k]" for b in sorted(buffers)}
         # Zeroed: a block scan's last chunk reads the items past the row's end too (and discards them).
         lines += [f"{kernel.reads[b].ctype} c_{b}[{items}] = {{}};" for b in sorted(buffers)]
@@ -471,7 +472,7 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             else:
                 lines.append(f"const {t} {red.var} = acc_{red.var};")
     if kernel.scan is not None and layout in ("block", "warp"):
-        lines += _chunked_scan(kernel, walked, full_index, layout, threads, cached if cache == "regs" else {})
+        lines += _chunked_scan(kernel, walked, full_index, layout, threads, cached if in_registers else {})
     elif kernel.scan is not None and layout == "tile":
         lines += _segment_scan(kernel, walked, full_index, block)
     elif kernel.scan is not None:
