@@ -6,7 +6,7 @@ import pytest
 
 from cuda_agent.contracts.common import EvalStatus, TolerancePreset
 from cuda_agent.eval.evaluate import HARNESS_VERSION
-from tests.eval.helpers import RELU_ADD, TRANSPOSE, TRANSPOSE_NEW, edit, module_new, run
+from tests.eval.helpers import HEADER, RELU_ADD, TRANSPOSE, TRANSPOSE_NEW, edit, module_new, run
 
 pytestmark = pytest.mark.sandbox
 
@@ -33,6 +33,40 @@ def test_wrong_values_are_incorrect() -> None:
     assert result.status is EvalStatus.INCORRECT and result.reward == -1.0
     assert result.fault == "candidate" and result.trials_passed == 0
     assert "exceeds atol" in result.message and result.max_abs_error and result.max_abs_error > 0.1
+
+
+# float32 rounds (x + 4096) to multiples of 2^-11: the reference's own error reaches 2.4e-4, over the kernelbench
+# tolerance where |x| is small.
+ROUNDING = (
+    HEADER
+    + """class Model(nn.Module):
+    def forward(self, x):
+        GUARD
+        return (x + 4096.0) - 4096.0
+
+
+def get_inputs():
+    return [torch.randn(128, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+)
+
+
+def test_a_candidate_more_accurate_than_the_reference_passes_against_a_float64_run() -> None:
+    problem = ROUNDING.replace("GUARD", "pass")
+    exact = run(module_new("return x.clone()"), problem, allow_torch_compute=True)
+    assert exact.status is EvalStatus.CORRECT, exact.message
+    assert "judged against a float64 run of the reference too" in exact.notes
+    off = run(module_new("return x * 1.002"), problem, allow_torch_compute=True)
+    assert off.status is EvalStatus.INCORRECT and "farther from a float64 run" in off.message
+    # a reference that cannot run in float64 keeps the float32 verdict, and says why
+    guarded = ROUNDING.replace("GUARD", "assert x.dtype == torch.float32, 'float32 only'")
+    refused = run(module_new("return x.clone()"), guarded, allow_torch_compute=True)
+    assert refused.status is EvalStatus.INCORRECT
+    assert any("no float64 second opinion" in n and "float32 only" in n for n in refused.notes), refused.notes
 
 
 def test_wrong_shape_and_dtype_are_incorrect() -> None:

@@ -14,7 +14,7 @@ from cuda_agent.contracts.compile import CompileRequest
 from cuda_agent.contracts.eval import EvalRequest, EvalResult, ProfileRequest
 from cuda_agent.eval import evaluate, profile_candidate
 from cuda_agent.eval.profile import find_ncu
-from tests.eval.helpers import EXAMPLES, RELU_ADD, codes, edit
+from tests.eval.helpers import EXAMPLES, HEADER, RELU_ADD, codes, edit, module_new, run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.sandbox]
 
@@ -163,3 +163,43 @@ def test_problem_larger_than_the_gpu_is_refused_in_seconds() -> None:
     assert "outputs 256.00 GiB" in result.message
     assert "candidate.ready" not in result.timeline_s and "correctness" not in result.timeline_s
     assert result.duration_s - result.timeline_s["reference.ready"] < 5
+
+
+LONG_CUMSUM = (
+    HEADER
+    + """class Model(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4096, 32768)]
+
+
+def get_init_inputs():
+    return []
+"""
+)
+
+
+def test_an_exact_long_cumsum_passes_where_the_float32_reference_rounds_past_the_tolerance() -> None:
+    """torch's float32 cumsum over 32K elements rounds its running total past 1e-4 near zero crossings: an exact
+    candidate (accumulated in double) disagrees with it there, and passes on the float64 second opinion; one off
+    by 3e-4 relative everywhere still fails."""
+    exact = run(
+        module_new("return torch.cumsum(x.double(), dim=-1).float()"),
+        LONG_CUMSUM,
+        device="cuda",
+        allow_torch_compute=True,
+        timing_trials=10,
+    )
+    assert exact.status is EvalStatus.CORRECT, (exact.message, exact.notes)
+    assert "judged against a float64 run of the reference too" in exact.notes
+    off = run(
+        module_new("return torch.cumsum(x.double(), dim=-1).float() * 1.0003"),
+        LONG_CUMSUM,
+        device="cuda",
+        allow_torch_compute=True,
+        timing_trials=10,
+    )
+    assert off.status is EvalStatus.INCORRECT and "farther from a float64 run" in off.message

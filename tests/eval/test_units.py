@@ -80,6 +80,30 @@ def test_compare_rejects_nan_tolerance_and_integer_differences() -> None:
     assert compare.compare_one(half, half, kb) == (True, "", 0.0)
 
 
+def test_an_output_as_close_to_a_float64_run_as_the_reference_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 300)  # the three tensors chunked alike
+    kb = TolerancePreset.KERNELBENCH
+    exact = torch.linspace(-1.0, 1.0, 1001, dtype=torch.float64)
+    # a reference rounded far past the tolerance (a long float32 running sum does this near its zero crossings)
+    ref = (exact + 3e-4 * torch.cos(exact * 40)).float()
+    accurate = exact.float()
+    assert not compare.compare_one(accurate, ref, kb)[0]
+    assert compare.compare_one(accurate, ref, kb, exact)[0]
+    assert compare.compare_one(ref.clone(), ref, kb, exact)[0]  # as far off as the reference: still passes
+    off = accurate.clone()
+    off[900] = (exact[900] - 8e-4 * torch.cos(exact[900] * 40)).item()  # farther, on the other side
+    assert not compare.compare_one(off, ref, kb, exact)[0]
+    # where the reference is exact, the second opinion gives no slack
+    wrong = accurate.clone()
+    wrong[10] += 1e-3
+    ok, why, _ = compare.compare_one(wrong, accurate, kb, exact)
+    assert not ok and "float64" in why
+    assert not compare.compare_outputs([wrong], [accurate], kb, [exact]).passed
+    assert compare.exact_candidates([accurate]) and not compare.exact_candidates(
+        [exact, torch.ones(2, dtype=torch.int64)]
+    )
+
+
 def test_compare_in_chunks_finds_one_wrong_element(monkeypatch: pytest.MonkeyPatch) -> None:
     """The chunked comparison agrees with torch.allclose, including one bad element in the last chunk."""
     monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 1000)

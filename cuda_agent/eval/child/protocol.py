@@ -108,6 +108,7 @@ class ShipCommand(_Message):
 
 class CompareCommand(_Message):
     op: Literal["compare"] = "compare"
+    exact_budget_s: float = Field(0.0, ge=0, description="Seconds a float64 second opinion may take.")
 
 
 class ReleaseCommand(_Message):
@@ -221,6 +222,7 @@ class Compared(_Message):
     failures: list[str]
     max_abs_error: float | None
     fingerprint: list[float]
+    note: str = Field("", max_length=500, description="Whether a float64 second opinion was had, or why not.")
 
 
 class Called(_Message):

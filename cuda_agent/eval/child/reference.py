@@ -3,7 +3,8 @@ and compares the candidate's outputs, which arrive in a shared buffer it owns, a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +30,9 @@ from cuda_agent.eval.child.protocol import (
 from cuda_agent.eval.child.shared import SharedBuffer
 
 _ALIGN = 256
+# How much slower than the float32 call a float64 run of the reference may be guessed at: float64 arithmetic runs at
+# half the rate of float32 on the H200's CUDA cores and far under its TF32 tensor cores, and moves twice the bytes.
+FLOAT64_SLOWDOWN = 30.0
 
 
 class Reference(harness.ChildRole):
@@ -39,6 +43,9 @@ class Reference(harness.ChildRole):
         self.layout: list[OutputMeta | None] = []
         self.buffer: SharedBuffer | None = None
         self.base: tuple[int, list[Any]] | None = None
+        # The kept outputs' inputs made again (for the float64 second opinion) and the call's time.
+        self.replay: Callable[[], list[Any]] | None = None
+        self.call_ms = 0.0
 
     def start(self) -> None:
         self.setup_device()
@@ -73,7 +80,7 @@ class Reference(harness.ChildRole):
             started = harness.perf_counter()
             values = flatten(self.call(inputs))
             self.sync()
-            call_ms = (harness.perf_counter() - started) * 1e3
+            call_ms = self.call_ms = (harness.perf_counter() - started) * 1e3
             self.report.output_aliases_input |= _aliases(values, inputs)
             del inputs
             self.kept = [v.contiguous() if type(v) is torch.Tensor else None for v in values]
@@ -112,6 +119,7 @@ class Reference(harness.ChildRole):
         except Exception as exc:
             self.fail("problem_error", str(exc))
         self.signature = signature(inputs)
+        self.replay = lambda: make_inputs(self.problem, command.seed, self.device)
         self.run_and_keep(inputs)
         self.report.trials_run += 1
         self.phase_done(f"trial{command.index}")
@@ -123,24 +131,68 @@ class Reference(harness.ChildRole):
             self.base = (command.base_seed, make_inputs(self.problem, command.base_seed, self.device))
         factor = timing.scales(command.scale_seed, command.call + 1)[command.call]
         self.signature = signature(self.base[1])
-        self.run_and_keep(timing.scaled(self.base[1], factor))
+        base = self.base[1]
+        self.replay = lambda: timing.scaled(base, factor)
+        self.run_and_keep(timing.scaled(base, factor))
 
-    def compare(self, _: CompareCommand) -> None:
+    def compare(self, command: CompareCommand) -> None:
         assert self.buffer is not None
         cand = [
             None if m is None else self.buffer.view(m.offset, tuple(m.shape), getattr(torch, m.dtype.split(".")[1]))
             for m in self.layout
         ]
         result = compare.compare_outputs(cand, self.kept, self.job.tolerance)
+        note = ""
+        if not result.passed and compare.exact_candidates(self.kept):
+            exact = self.exact_outputs(command.exact_budget_s)
+            if isinstance(exact, str):
+                note = f"no float64 second opinion: {exact}"
+            else:
+                result = compare.compare_outputs(cand, self.kept, self.job.tolerance, exact)
+                note = "judged against a float64 run of the reference too"
+                del exact
+            if self.kind == "cuda":  # the float64 run's blocks, cached here, would crowd the candidate's process
+                torch.cuda.empty_cache()
         reply = Compared(
             passed=result.passed,
             failures=result.failures[:8],
             max_abs_error=result.max_abs_error,
             fingerprint=compare.fingerprint(cand),
+            note=note,
         )
         del cand
         self.release(ReleaseCommand())
         self.channel.send(reply.model_dump(mode="json"))
+
+    def exact_outputs(self, budget_s: float) -> list[torch.Tensor | None] | str:
+        """The kept outputs computed again in float64 (the model's floating parameters and inputs, and tensors it
+        makes, in float64), from the same inputs; or why there are none. Outputs that are not floating point, or
+        whose shape the float64 run changes, get None."""
+        if self.replay is None or not isinstance(self.model, torch.nn.Module):
+            return "the reference is not an nn.Module"
+        if self.call_ms / 1e3 * FLOAT64_SLOWDOWN > budget_s:
+            return f"a float64 run of a {self.call_ms:.0f} ms call would not fit the {budget_s:.0f} s step"
+        saved = torch.get_default_dtype()
+        try:
+            inputs = [harness.to(x, torch.float64) if _real(x) else x for x in self.replay()]
+            model = copy.deepcopy(self.model).to(torch.float64)
+            torch.set_default_dtype(torch.float64)
+            with harness.no_grad():
+                values = flatten(model(*inputs))
+            del model, inputs
+            self.sync()
+        except Stop:
+            raise
+        except Exception as exc:  # an op without float64 support, or no room for a float64 copy
+            return f"the float64 run raised {classify(exc)[1]}"
+        finally:
+            torch.set_default_dtype(saved)
+        if len(values) != len(self.kept):
+            return f"the float64 run returned {len(values)} outputs, not {len(self.kept)}"
+        return [
+            v if _real(v) and r is not None and v.shape == r.shape else None
+            for v, r in zip(values, self.kept, strict=True)
+        ]
 
     def release(self, _: ReleaseCommand) -> None:
         self.kept = []
@@ -186,6 +238,10 @@ def _exact_fp32() -> Iterator[None]:
         yield
     finally:
         cudnn.allow_tf32, matmul.allow_tf32 = saved
+
+
+def _real(value: Any) -> bool:
+    return type(value) is torch.Tensor and harness.is_floating(value)
 
 
 def _aliases(outputs: list[Any], inputs: list[Any]) -> bool:
