@@ -139,6 +139,10 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
                 aten.silu,
                 aten.hardsigmoid,
                 aten.hardswish,
+                # interpolation: gathers at computed positions, weighted (the "index" ops plan.py reads)
+                aten.upsample_linear1d,
+                aten.upsample_bilinear2d,
+                aten.upsample_trilinear3d,
             ]
         )
     )
@@ -318,7 +322,7 @@ def _to_ir(
         resolved = _resolve(fx.args, env)
         env[fx] = add(_convert(name, op, qualified, fx.kwargs, resolved, args, shape, dtype, add))
     for o in outputs:
-        if o.dtype not in ("float32", "float64", "bfloat16", "float16", "int64"):
+        if o.dtype not in ("float32", "float64", "bfloat16", "float16", "int64", "int32", "bool"):
             raise Unsupported(f"output of dtype {o.dtype}")
     return Graph(nodes, inputs, params, outputs, single, tensor_pos, arg_count)
 
@@ -393,7 +397,12 @@ def _convert(
             lo, hi = (raw[1], None) if op == "clamp_min" else (None, raw[1])
         lo, hi = kw.get("min", lo), kw.get("max", hi)
         if isinstance(lo, Node) or isinstance(hi, Node):
-            raise Unsupported(f"{qualified} with tensor bounds")
+            # Tensor bounds (a broadcast one, as cosine_similarity's clamped norms): the maximum with the lower
+            # bound, then the minimum with the upper one, as torch.clamp defines it.
+            if hi is None:
+                return _bounded(name, "maximum", args[0], lo, shape, dtype)
+            low = args[0] if lo is None else add(_bounded(f"{name}lo", "maximum", args[0], lo, shape, dtype))
+            return _bounded(name, "minimum", low, hi, shape, dtype)
         return Node(name, "clamp", OpKind.POINTWISE, shape, dtype, args[:1], {"min": lo, "max": hi})
     if op == "gelu":
         return Node(
@@ -426,6 +435,10 @@ def _convert(
         return _view(name, op, raw, args, shape, dtype)
     if op in ("max", "min") and len(raw) >= 2 and isinstance(raw[1], int):
         op = "a" + op  # max.dim's values: amax over the dim
+    if op in ("any", "all"):
+        if not isinstance(args[0], Node) or args[0].dtype != "bool":
+            raise Unsupported(f"{qualified} of a tensor that is not bool")
+        op = "amax" if op == "any" else "amin"  # of truth values: ir.reduction's || and &&
     if op in REDUCTIONS and isinstance(args[0], Node):
         src: Node = args[0]
         dims_arg = raw[1] if len(raw) > 1 else kw.get("dim")
@@ -452,6 +465,14 @@ def _convert(
         dim = raw[1] % max(len(shape), 1)
         return Node(name, "sum" if op == "cumsum" else "prod", OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})
     return _index_or_window(name, op, qualified, raw, args, kw, shape, dtype)
+
+
+def _bounded(name: str, op: str, x: Node, bound: Node | float, shape: tuple[int, ...], dtype: str) -> Node:
+    """``x`` clamped on one side by a tensor or a number: ``op`` "maximum" for a lower bound, "minimum" an upper."""
+    if isinstance(bound, Node):
+        return Node(name, op, OpKind.POINTWISE, shape, dtype, (x, bound))
+    side = {"min": bound, "max": None} if op == "maximum" else {"min": None, "max": bound}
+    return Node(name, "clamp", OpKind.POINTWISE, shape, dtype, (x,), side)
 
 
 def _convolution(

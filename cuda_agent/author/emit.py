@@ -521,7 +521,7 @@ def _serial_scan(
     else:
         body.append(f"{var} = {combine.format(a=var, v=value)};")
     if store_guard is not None:
-        body.append(store_guard + stored(kernel.writes[out], f"{out}[{full_index}]", var))
+        body.append(store_guard + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", var))
     return lines + _loop(loop, body)
 
 
@@ -582,7 +582,10 @@ def _chunked_scan(
     kahan = _compensated(scan.op, t)
     prefix = combine.format(a="before", v="x_scan[j]")
     total = combine.format(a="carry", v=f"({prefix} - carry_comp)" if kahan else prefix)
-    store = [*element, f"if (r < {kernel.inner}LL) " + stored(kernel.writes[out], f"{out}[{full_index}]", total)]
+    store = [
+        *element,
+        f"if (r < {kernel.inner}LL) " + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", total),
+    ]
     body = [
         f"{t} x_scan[{g}];",
         *_unrolled(f"for (int j = 0; j < {g}; ++j)", compute),

@@ -106,6 +106,8 @@ def reduction(op: str, ctype: str) -> tuple[str, str]:
     """(identity, combine) of reduction ``op`` in ``ctype``: integers have no infinities, and CUDA's fmax/fmin take
     floating point only."""
     identity, combine = REDUCTIONS[op]
+    if ctype == "bool":  # any and all (capture.py): a max and a min of truth values
+        return {"amax": ("false", "({a} || {v})"), "amin": ("true", "({a} && {v})")}[op]
     if ctype in ("int64_t", "int32_t"):
         bits = ctype[3:5]
         identity = {"INFINITY": f"INT{bits}_MAX", "-INFINITY": f"INT{bits}_MIN"}.get(identity, identity)

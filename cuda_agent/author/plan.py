@@ -41,14 +41,62 @@ def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
     return strides[::-1]
 
 
+class Digit(str):
+    """A coordinate that is one digit of a flat index split over several dims by ``reshape_coords``:
+    ``flat / div % size``, the leading digit without the modulo. ``linear_index`` puts a run of a flat index's
+    digits back together ((F / (d * n)) * n + (F / d) % n == F / d), so a reshape and its inverse (a GroupNorm's
+    groups, split from the channels and merged back) index the tensor by the flat index itself, not by a division
+    and a remainder per dim."""
+
+    flat: str
+    div: int
+    size: int
+    leading: bool
+
+    @staticmethod
+    def of(text: str, flat: str, div: int, size: int, leading: bool) -> Digit:
+        digit = Digit(text)
+        digit.flat, digit.div, digit.size, digit.leading = flat, div, size, leading
+        return digit
+
+
 def linear_index(shape: tuple[int, ...], coords: Coords) -> str:
-    """C expression of the contiguous offset of ``coords`` in ``shape``; size-1 dims and zero coords drop out."""
-    terms = [
-        c if stride == 1 else f"{c} * {stride}LL"
-        for c, size, stride in zip(coords, shape, contiguous_strides(shape), strict=True)
-        if size != 1 and c != "0"
+    """C expression of the contiguous offset of ``coords`` in ``shape``; size-1 dims and zero coords drop out, and
+    runs of one flat index's digits (``Digit``) fold back into it."""
+    dims = [
+        (c, size, stride) for c, size, stride in zip(coords, shape, contiguous_strides(shape), strict=True) if size != 1
     ]
+    terms, k = [], 0
+    while k < len(dims):
+        c, _, stride = dims[k]
+        if not (isinstance(c, Digit) and c.leading):
+            if c != "0":
+                terms.append(c if stride == 1 else f"{c} * {stride}LL")
+            k += 1
+            continue
+        # The digits that follow, each the next lower one of the same flat index over a dim of its size.
+        end = k + 1
+        while end < len(dims) and _next_digit(dims[end - 1][0], *dims[end][:2]):
+            end += 1
+        last, _, last_stride = dims[end - 1]
+        assert isinstance(last, Digit)
+        value = last.flat if last.div == 1 else f"(({last.flat}) / {last.div}LL)"
+        if last_stride != 1:
+            value = f"{value if value.isidentifier() else f'({value})'} * {last_stride}LL"
+        terms.append(value)
+        k = end
     return " + ".join(terms) or "0"
+
+
+def _next_digit(high: str, low: str, low_size: int) -> bool:
+    return (
+        isinstance(high, Digit)
+        and isinstance(low, Digit)
+        and not low.leading
+        and low.flat == high.flat
+        and low.size == low_size
+        and high.div == low.div * low.size
+    )
 
 
 def c_literal(value: bool | int | float, ctype: str) -> str:
@@ -92,7 +140,7 @@ def reshape_coords(src: tuple[int, ...], dst: tuple[int, ...], coords: Coords) -
         for k, i in enumerate(sg):
             stride //= src[i]
             q = f"({flat})" if stride == 1 else f"(({flat}) / {stride}LL)"
-            out[i] = q if k == 0 else f"({q} % {src[i]}LL)"
+            out[i] = Digit.of(q if k == 0 else f"({q} % {src[i]}LL)", flat, stride, src[i], k == 0)
     return tuple(out)
 
 
@@ -162,6 +210,9 @@ class RowKernel:
     reads: dict[str, Node] = field(default_factory=dict)  # buffers read (name -> node giving dtype)
     writes: dict[str, Node] = field(default_factory=dict)
     scan: Node | None = None  # a scan kernel: full outputs are the running reduction along ``dims``
+    # Where a scan's output goes when the buffer holds it permuted (flipped, transposed, reshaped): the flat offset
+    # of the kernel's element i0.. in the buffer; None: at the kernel's own index.
+    store_at: str | None = None
     values: int = 0  # statements named so far
 
     @property
@@ -274,6 +325,7 @@ class Planner:
             self.materialized[id(n)] = n.name
             self.buffers[n.name] = n
         self._tmp = 0
+        self._user_map: dict[Node, list[Node]] | None = None
 
     def plan(self) -> Plan:
         self._bound_fusion_depth()
@@ -282,7 +334,14 @@ class Planner:
             name = f"out{i}"
             if id(node) in self.materialized:  # an input, parameter or another output returned as is: copy it
                 node = Node(f"copy{i}", "alias", OpKind.POINTWISE, node.shape, node.dtype, (node,))
-            self.materialize(node, name)
+            base = self._reshaped_product(node)
+            if base is not None:
+                # The product's kernel writes the output: a reshape keeps every element where it is.
+                self.materialize(base, name)
+                self.buffers[name] = node  # allocated in the output's shape
+                self.materialized[id(node)] = name
+            else:
+                self.materialize(node, name)
             outputs.append(name)
         return Plan(self.graph, self.kernels, self.buffers, outputs)
 
@@ -315,11 +374,12 @@ class Planner:
                 self.materialize(red.args[0])  # before this kernel inlines the staged producer chain itself
         row = node if node.kind is OpKind.REDUCTION else self._row_reduction(node)
         self._materialize_siblings(node, row)
-        if node.kind is OpKind.SCAN:
+        scan, store_at = self._permuted_scan(node)
+        if scan is not None:
             # The scan's input is inlined into the loop along the scanned dim (a thread or a block per row).
-            kernel = RowKernel("", node.shape, (node.attrs["dim"],), scan=node)
-            coords = tuple(f"i{j}" for j in range(len(node.shape)))
-            value = self.value(kernel, kernel.out_scope, node.args[0], coords)
+            kernel = RowKernel("", scan.shape, (scan.attrs["dim"],), scan=scan, store_at=store_at)
+            coords = tuple(f"i{j}" for j in range(len(scan.shape)))
+            value = self.value(kernel, kernel.out_scope, scan.args[0], coords)
             kernel.full_outputs.append((name, value))
         elif row is not None:
             # A per-row result (a reduction, or arithmetic on reductions such as logsumexp): iterate the reduced
@@ -337,6 +397,49 @@ class Planner:
             kernel.full_outputs.append((name, value))
         kernel.writes[name] = node
         return self._add(kernel, node, name)
+
+    def _permuted_scan(self, node: Node) -> tuple[Node | None, str | None]:
+        """The scan ``node`` is, or the scan it permutes (flips, transposes and reshapes that nothing else reads,
+        as in a suffix sum ``x.flip(d).cumsum(d).flip(d)``) with the offset its kernel stores each element at:
+        the scan writes the permuted buffer itself instead of a buffer another kernel copies. (None, None)
+        otherwise."""
+        views = []
+        while node.kind is OpKind.VIEW and node.op in _BIJECTIVE and id(node.args[0]) not in self.materialized:
+            views.append(node)
+            node = node.args[0]
+        if node.kind is not OpKind.SCAN or id(node) in self.materialized:
+            return None, None
+        if not views:
+            return node, None
+        users = self._users()
+        if any(len(users[v.args[0]]) != 1 for v in views):
+            return None, None
+        coords: Coords = tuple(f"i{j}" for j in range(len(node.shape)))
+        for view in reversed(views):
+            coords = _forward_coords(view, coords)
+        return node, linear_index(views[0].shape, coords)
+
+    def _reshaped_product(self, node: Node) -> Node | None:
+        """The product, convolution or reduction ``node`` reshapes (and nothing else reads on the way), or None: a
+        kernel of its own writes it contiguously, in the order of the reshaped output too."""
+        views = []
+        while node.kind is OpKind.VIEW and node.op == "reshape" and id(node.args[0]) not in self.materialized:
+            views.append(node)
+            node = node.args[0]
+        kinds = (OpKind.CONTRACTION, OpKind.CONVOLUTION, OpKind.REDUCTION)
+        if not views or node.kind not in kinds or id(node) in self.materialized:
+            return None
+        if node.kind is OpKind.CONTRACTION and self._diagonal_side(node) is not None:
+            return None  # a row scaling: the output's own elementwise kernel computes it
+        users = self._users()
+        return node if all(len(users[v.args[0]]) == 1 for v in views) else None
+
+    def _users(self) -> dict[Node, list[Node]]:
+        if self._user_map is None:
+            self._user_map = self.graph.users()
+            for out in self.graph.outputs:  # an output is read by the caller
+                self._user_map.setdefault(out, []).append(out)
+        return self._user_map
 
     def _materialize_siblings(self, node: Node, row: Node | None) -> None:
         """Reductions ``node`` reads over rows other than its kernel's, planned together: those over the same rows
@@ -528,13 +631,13 @@ class Planner:
 
     def _load(self, kernel: RowKernel, scope: Scope, node: Node, buffer: str, coords: Coords) -> str:
         kernel.reads[buffer] = node
-        if node.shape == kernel.shape and all(
-            c == f"i{j}" or n == 1 for j, (c, n) in enumerate(zip(coords, node.shape, strict=True))
-        ):
+        index = linear_index(node.shape, coords)
+        own = linear_index(kernel.shape, tuple(f"i{j}" for j in range(len(kernel.shape))))
+        if node.numel == math.prod(kernel.shape) and index == own:
             # Read at the kernel's own element: emit.py may load these 16 bytes at a time.
             scope.identity_loads[buffer] = node
             return f"ld_{buffer}"
-        return loaded(node, f"{buffer}[{linear_index(node.shape, coords)}]")
+        return loaded(node, f"{buffer}[{index}]")
 
     def _pointwise(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
         vals = []
@@ -694,10 +797,46 @@ def _view_strides(view: Node, strides: list[int]) -> list[int] | None:
         return [0] * lead + [
             0 if n == 1 and view.shape[lead + k] != 1 else s for k, (n, s) in enumerate(zip(src, strides, strict=True))
         ]
-    if [n for n in src if n != 1] == [n for n in view.shape if n != 1]:  # a reshape adding or removing 1s only
-        kept = iter(s for n, s in zip(src, strides, strict=True) if n != 1)
-        return [0 if n == 1 else next(kept) for n in view.shape]
+    if view.op == "reshape":
+        return _reshape_strides(src, strides, view.shape)
     return None
+
+
+def _reshape_strides(shape: tuple[int, ...], strides: list[int], new: tuple[int, ...]) -> list[int] | None:
+    """Strides of ``new`` over the elements of a tensor of ``shape`` and ``strides``, in the same order, or None
+    where no strides can (merged dims that are not contiguous with each other): ATen's computeStride. A GEMM then
+    reads a batch flattened into its rows in place, with no copy first."""
+    if math.prod(shape) == 0 or not shape:
+        return contiguous_strides(new)
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    chunk_stride, tensor_numel, view_numel = strides[-1], 1, 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        # a chunk of dims contiguous with each other ends here
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new[view_d] == 1):
+                out[view_d] = view_numel * chunk_stride
+                view_numel *= new[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_stride, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return out if view_d == -1 else None
+
+
+# Views that move every element somewhere else in a tensor of as many elements (``_forward_coords`` maps them).
+_BIJECTIVE = frozenset({"flip", "permute", "reshape"})
+
+
+def _forward_coords(view: Node, coords: Coords) -> Coords:
+    """Coordinates in ``view`` of the element at ``coords`` of its source (``view_coords`` the other way)."""
+    if view.op == "flip":
+        return view_coords(view, coords)  # its own inverse
+    if view.op == "permute":
+        return tuple(coords[p] for p in view.attrs["perm"])
+    return reshape_coords(view.shape, view.args[0].shape, coords)
 
 
 def _follow_views(node: Node, coords: Coords) -> tuple[Node, Coords]:

@@ -45,6 +45,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     ),
     "cumsum": ("pass", "return torch.cumsum(x * 2, dim=1)", "[torch.randn(8, 32)]", "x"),
     "reverse_cumsum": ("pass", "return x.flip(-1).cumsum(-1).flip(-1)", "[torch.randn(4, 9)]", "x"),
+    # stored permuted by the scan itself (flips on two dims, a transpose)
+    "cumsum_permuted_out": (
+        "pass",
+        "return torch.cumsum(x.flip(1), dim=1).flip(0, 1).permute(1, 0, 2)",
+        "[torch.randn(4, 70, 3)]",
+        "x",
+    ),
     "adaptive_avg_pool": (
         "self.pool = nn.AdaptiveAvgPool2d(2)",
         "return self.pool(x)",
@@ -217,6 +224,34 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "for _ in range(200):\n            x = torch.sin(x) * 1.01 + 0.1\n        return x.sum(dim=-1)",
         "[torch.randn(5, 33)]",
         "x",
+    ),
+    # tensor bounds: a maximum and a minimum; cosine_similarity's norms clamped by a broadcast tensor
+    "clamp_tensor_bounds": (
+        "pass",
+        "return torch.clamp(x, min=lo, max=hi), torch.clamp(x, min=lo), 1 - F.cosine_similarity(x, hi, dim=1)",
+        "[torch.randn(6, 40), -torch.rand(6, 40), torch.rand(1, 40)]",
+        "x, lo, hi",
+    ),
+    # any and all over bool rows, and the SDPA decomposition that uses any (a fully masked row's check)
+    "any_all_sdpa": (
+        "pass",
+        "return (x > 1.5).any(dim=-1), (x > -2).all(dim=0), F.scaled_dot_product_attention(x, y, z)",
+        "[torch.randn(2, 3, 9, 8), torch.randn(2, 3, 9, 8), torch.randn(2, 3, 9, 8)]",
+        "x, y, z",
+    ),
+    "bilinear_interpolation": (
+        "pass",
+        "return F.interpolate(x, scale_factor=2, mode='bilinear'), F.interpolate(x, size=(7, 5), mode='bilinear', "
+        "align_corners=True)",
+        "[torch.randn(2, 3, 6, 9)]",
+        "x",
+    ),
+    # the batch flattened into the product's rows (read in place), its output reshaped back (written in place)
+    "matmul_3d_by_2d": (
+        "pass",
+        "return torch.matmul(a, b), torch.matmul(a.transpose(1, 2), a).reshape(3, -1)",
+        "[torch.randn(3, 17, 40), torch.randn(40, 9)]",
+        "a, b",
     ),
     "two_outputs": (
         "pass",

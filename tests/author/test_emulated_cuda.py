@@ -45,6 +45,14 @@ SOURCES = {
     ),
     # a scan down 210 columns: 32 a block, each warp a segment of the 300 rows, 7 tiles (the last part empty)
     "column_cumsum": problems.COLUMN_CUMSUM,
+    # truth values reduced: || and && through the block's and the warp's shuffles
+    "any_all": problems.problem(
+        "        pass", "        return (x > 3.0).any(dim=-1), (x > -2.5).all(dim=0)", "[torch.randn(6, 513)]"
+    ),
+    # a suffix sum: the scan stores the flipped output itself
+    "reverse_cumsum": problems.problem(
+        "        pass", "        return x.flip(-1).cumsum(-1).flip(-1)", "[torch.randn(5, 1000)]"
+    ),
     "cumprod_short_rows": problems.problem(
         "        pass", "        return torch.cumprod(x, dim=-1)", "[torch.rand(6, 130) + 0.5]"
     ),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
-from cuda_agent.author.plan import GemmKernel, RowKernel, reshape_coords
+from cuda_agent.author.plan import GemmKernel, RowKernel, linear_index, reshape_coords
 from tests.author import problems
 
 
@@ -91,6 +91,36 @@ def test_reshape_coords_keep_untouched_dims() -> None:
         assert torch.arange(6).view(2, 3)[i, j].item() == k
 
 
+def _offset(expr: str, values: dict[str, int]) -> int:
+    """A C index expression of non-negative integers, evaluated (C's division of these is Python's floor one)."""
+    return int(eval(expr.replace("LL", "").replace("/", "//"), {}, values))
+
+
+def test_a_reshape_and_its_inverse_index_by_the_flat_index() -> None:
+    shape, grouped = (4, 6, 5, 7), (4, 2, 3, 35)  # channels split into 2 groups of 3, the spatial dims merged
+    own = ("i0", "i1", "i2", "i3")
+    back = reshape_coords(shape, grouped, reshape_coords(grouped, shape, own))
+    assert linear_index(shape, back) == linear_index(shape, own) == "i0 * 210LL + i1 * 35LL + i2 * 7LL + i3"
+    # Transposed between the two reshapes, the digits are no longer in order: nothing folds, and every element
+    # is still found where it is.
+    # out = x.view(2, 3, 5).permute(1, 0, 2).reshape(6, 5): out[a, b] is x at these coordinates
+    permuted = reshape_coords((3, 2, 5), (6, 5), ("a", "b"))
+    at_x = reshape_coords((6, 5), (2, 3, 5), (permuted[1], permuted[0], permuted[2]))
+    index = linear_index((6, 5), at_x)
+    reference = torch.arange(30).view(6, 5).view(2, 3, 5).permute(1, 0, 2).reshape(6, 5)
+    for a in range(6):
+        for b in range(5):
+            assert _offset(index, {"a": a, "b": b}) == reference[a, b].item(), index
+
+
+def test_the_group_norm_output_reads_its_input_at_its_own_index() -> None:
+    source = problems.problem(
+        "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
+    )
+    _, normalize = _kernels(source)
+    assert isinstance(normalize, RowKernel) and "in0" in normalize.out_scope.identity_loads
+
+
 def test_a_row_read_in_several_passes_is_cached_where_it_fits() -> None:
     """Softmax passes over its 513-wide rows three times (max, sum, output): the input is the cached buffer. In
     registers at 256 threads a row (three items a thread) and at a warp's 32 (17), not at 16 (33 items, past the
@@ -135,3 +165,34 @@ def test_a_keepdim_output_is_written_by_its_reduction() -> None:
     source = problems.problem("        pass", "        return x.amin(dim=2, keepdim=True)", "[torch.randn(4, 5, 33)]")
     (kernel,) = _kernels(source)
     assert isinstance(kernel, RowKernel) and kernel.reduced == (2,) and kernel.reduced_outputs
+
+
+@pytest.mark.parametrize(
+    ("forward", "inputs"),
+    [
+        ("x.flip(-1).cumsum(-1).flip(-1)", "[torch.randn(6, 40)]"),
+        ("torch.cumsum(x, dim=1).transpose(0, 1).reshape(-1, 6)", "[torch.randn(6, 30)]"),
+    ],
+)
+def test_a_scan_stores_its_permuted_output_itself(forward: str, inputs: str) -> None:
+    (kernel,) = _kernels(problems.problem("        pass", f"        return {forward}", inputs))
+    assert isinstance(kernel, RowKernel) and kernel.scan is not None and set(kernel.writes) == {"out0"}
+    assert kernel.store_at is not None
+
+
+def test_a_scan_read_elsewhere_too_is_stored_as_is() -> None:
+    source = problems.problem(
+        "        pass", "        y = x.cumsum(-1)\n        return y.flip(-1) + y", "[torch.randn(6, 40)]"
+    )
+    scan, add = _kernels(source)
+    assert isinstance(scan, RowKernel) and scan.scan is not None and scan.store_at is None
+    assert isinstance(add, RowKernel) and add.scan is None
+
+
+def test_a_product_over_a_flattened_batch_reads_and_writes_in_place() -> None:
+    source = problems.problem(
+        "        pass", "        return torch.matmul(x, w)", "[torch.randn(4, 16, 32), torch.randn(32, 8)]", args="x, w"
+    )
+    (gemm,) = _kernels(source)
+    assert isinstance(gemm, GemmKernel) and gemm.a.buffer == "in0" and gemm.a.strides == [32, 1]
+    assert gemm.out == "out0"
