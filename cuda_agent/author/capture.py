@@ -20,6 +20,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.overrides import TorchFunctionMode
 
 from cuda_agent.author.ir import BINARY, DTYPES, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported
 from cuda_agent.problem import ProblemError, call_inputs, load_problem
@@ -45,8 +46,6 @@ _VALUES_OF = frozenset(
         aten.max_pool3d_with_indices.default,
         aten.adaptive_max_pool2d.default,
         aten.adaptive_max_pool3d.default,
-        aten.max.dim,
-        aten.min.dim,
     }
 )
 _OPERAND = (torch.fx.Node, bool, int, float)
@@ -139,6 +138,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
                 aten.silu,
                 aten.hardsigmoid,
                 aten.hardswish,
+                aten.repeat,  # an expand and a reshape
                 # interpolation: gathers at computed positions, weighted (the "index" ops plan.py reads)
                 aten.upsample_linear1d,
                 aten.upsample_bilinear2d,
@@ -153,7 +153,34 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table[aten.var.correction] = _var
     table[aten.argmax.default] = functools.partial(_arg_extreme, aten.amax)
     table[aten.argmin.default] = functools.partial(_arg_extreme, aten.amin)
+    table[aten.max.dim] = functools.partial(_extreme_with_index, aten.amax)
+    table[aten.min.dim] = functools.partial(_extreme_with_index, aten.amin)
+    # Pieces of a tensor (chunk, split, unbind) as the slices and selects they are: views the planner reads through.
+    table[aten.split_with_sizes.default] = _split_with_sizes
+    table[aten.split.Tensor] = _split
+    table[aten.unbind.int] = _unbind
     return table
+
+
+def _extreme_with_index(
+    extreme: Any, x: torch.Tensor, dim: int, keepdim: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """max.dim / min.dim: the values, and the first index holding each (traced only where the indices are used)."""
+    return extreme(x, [dim], keepdim), _arg_extreme(extreme, x, dim, keepdim)
+
+
+def _split_with_sizes(x: torch.Tensor, sizes: Sequence[int], dim: int = 0) -> list[torch.Tensor]:
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return [aten.slice(x, dim, start, start + size) for start, size in zip(starts, sizes, strict=True)]
+
+
+def _split(x: torch.Tensor, size: int, dim: int = 0) -> list[torch.Tensor]:
+    n = x.shape[dim]
+    return _split_with_sizes(x, [min(size, n - start) for start in range(0, n, size)] or [0], dim)
+
+
+def _unbind(x: torch.Tensor, dim: int = 0) -> list[torch.Tensor]:
+    return [aten.select(x, dim, i) for i in range(x.shape[dim])]
 
 
 class _ForwardOnlyContext:
@@ -195,6 +222,20 @@ def _legacy_functions_inlined() -> Iterator[None]:
             del cls.apply
 
 
+class _ScalarTensors(TorchFunctionMode):
+    """``torch.tensor(0.5)`` in forward, made as ``torch.full`` of that value: a tensor built from Python data on
+    the meta device keeps no values, so the trace would hold an unknown constant; a full one is a constant the
+    planner inlines. Tensors of several values stay as they are (and the trace refuses them)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and args and type(args[0]) in (bool, int, float):
+            value = args[0]
+            default = {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[type(value)]
+            return torch.full((), value, dtype=kwargs.get("dtype") or default, device=kwargs.get("device"))
+        return func(*args, **kwargs)
+
+
 def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     """The aten graph of ``model(*inputs)`` (meta tensors), parameters and buffers as named graph inputs."""
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
@@ -207,7 +248,7 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             args[pos] = t
         return torch.func.functional_call(model, dict(zip(names, flat_state, strict=True)), tuple(args))
 
-    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined():
+    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined(), _ScalarTensors():
         try:
             # Functionalized: in-place ops (ReLU(inplace=True), x.add_) become their pure forms, and the updates
             # of buffers (batch norm's running statistics in training mode) become copies back at the end. The
@@ -380,6 +421,8 @@ def _convert(
         quotient = add(Node(f"{name}q", "div", OpKind.POINTWISE, shape, dtype, args, rounded))
         return Node(name, "trunc" if kw["rounding_mode"] == "trunc" else "floor", OpKind.POINTWISE, shape, dtype,
                     (quotient,))  # fmt: skip
+    if op == "bitwise_not" and dtype == "bool":  # C's ~ of a bool is an int that is never 0
+        op = "logical_not"
     if op in UNARY and len(args) == 1:
         return Node(name, op, OpKind.POINTWISE, shape, dtype, args)
     if op in BINARY and not kw:

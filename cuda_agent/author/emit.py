@@ -28,6 +28,7 @@ from cuda_agent.author.plan import (
     Plan,
     RowKernel,
     Scope,
+    c_literal,
     contiguous_strides,
     linear_index,
 )
@@ -50,7 +51,8 @@ class Variant:
     tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
     micro: int = 1  # outputs per thread along each edge of that tile (held in registers)
     # "cublas": the vendor library where the operands' strides allow it ("cublas_tf32": on TF32 tensor cores), else
-    # "tiled" (ours), "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
+    # "tiled" (ours), "pipelined" (ours, 128x128 tiles with wide shared reads and the next K step loaded ahead),
+    # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
     gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
     # lets cuDNN use tensor cores as PyTorch does by default (faster, within loose tolerances only); "direct" is ours
@@ -765,6 +767,22 @@ def _tile_elements(g: GemmKernel) -> tuple[str, str]:
     return f"pa[row * {s['sam']}LL + k * {s['sak']}LL]", f"pb[k * {s['sbk']}LL + col * {s['sbn']}LL]"
 
 
+def _scaled(g: GemmKernel, value: str) -> str:
+    """``value`` times the product's factor (``GemmKernel.alpha``), where it has one."""
+    return value if g.alpha == 1.0 else f"({value}) * {c_literal(g.alpha, 'float')}"
+
+
+def _gemm_buffers(g: GemmKernel) -> list[str]:
+    """Our GEMM kernels' parameters: A, B (once where both are one buffer, as in x @ x.T) and C."""
+    return [*dict.fromkeys([g.a.buffer, g.b.buffer]), g.out]
+
+
+def _gemm_params(g: GemmKernel) -> str:
+    e = g.node.storage
+    *operands, out = _gemm_buffers(g)
+    return ", ".join([*(f"const {e}* __restrict__ {x}" for x in operands), f"{e}* __restrict__ {out}"])
+
+
 def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     """Our GEMM kernel: a block computes a T x T tile of C, each thread R x R of it held in registers, over K steps
     of T / R staged in shared memory (R = 1: one output per thread). A thread's outputs are strided by the block's
@@ -774,11 +792,10 @@ def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     s = _strides(g)
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
     a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
-    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", "acc[i][j]")
+    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "acc[i][j]"))
     return f"""
 // {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; {t}x{t} tiles of C, {r}x{r} per thread, K steps of {w}.
-__global__ void __launch_bounds__({w * w}) {g.name}_kernel(const {e}* __restrict__ {a}, const {e}* __restrict__ {b},
-                                                        {e}* __restrict__ {g.out}) {{
+__global__ void __launch_bounds__({w * w}) {g.name}_kernel({_gemm_params(g)}) {{
     // A's tile transposed (k-major) like B's: the inner loop reads a row of each. One word of padding keeps the
     // transposing stores off a single bank.
     __shared__ float as[{w}][{t + 1}];
@@ -825,7 +842,96 @@ __global__ void __launch_bounds__({w * w}) {g.name}_kernel(const {e}* __restrict
 
 extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
     dim3 grid(({g.n} + {t - 1}) / {t}, ({g.m} + {t - 1}) / {t}, {g.batch});
-    {g.name}_kernel<<<grid, {w * w}, 0, stream>>>({a}, {b}, {g.out});
+    {g.name}_kernel<<<grid, {w * w}, 0, stream>>>({", ".join(_gemm_buffers(g))});
+}}
+"""
+
+
+def _cuda_gemm_pipelined(g: GemmKernel) -> str:
+    """Our GEMM kernel at the FMA units' rate: a block of 256 threads computes a 128x128 tile of C, each thread
+    8x8 of it (two 4x4 groups 64 apart each way), over K steps of 16. The operands of a step are read from shared
+    memory 16 bytes at a time (4 wide reads feed 64 FMAs; a quarter warp reads 128 contiguous bytes, free of bank
+    conflicts), and the next step's are loaded from global memory into registers while this one is computed, into
+    the other of two shared buffers after it (one barrier a step). Loads walk each operand along its unit stride."""
+    s = _strides(g)
+    a, b, e = g.a.buffer, g.b.buffer, g.node.storage
+    a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
+    # (row, k) of A and (k, col) of B that load l of a thread reads: consecutive threads, consecutive addresses
+    a_at = ("idx / 16", "idx % 16") if s["sak"] == 1 or s["sam"] != 1 else ("idx % 128", "idx / 128")
+    b_at = ("idx / 128", "idx % 128") if s["sbn"] == 1 or s["sbk"] != 1 else ("idx % 16", "idx / 16")
+    each = "#pragma unroll\n        for (int l = 0; l < 8; ++l) {\n            const int idx = threadIdx.x + l * 256;"
+    fetch = f"""{each}
+            {{
+                const int64_t row = row0 + {a_at[0]}, k = k_next + {a_at[1]};
+                ra[l] = (row < {g.m}LL && k < {g.k}LL) ? {a_load} : 0.0f;
+            }}
+            {{
+                const int64_t k = k_next + {b_at[0]}, col = col0 + {b_at[1]};
+                rb[l] = (k < {g.k}LL && col < {g.n}LL) ? {b_load} : 0.0f;
+            }}
+        }}"""
+    store = f"""{each}
+            as[next][{a_at[1]}][{a_at[0]}] = ra[l];
+            bs[next][{b_at[0]}][{b_at[1]}] = rb[l];
+        }}"""
+    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "acc[i][j]"))
+    return f"""
+// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C, 8x8 per thread, K steps of 16,
+// the next step loaded while this one is computed.
+__global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
+    // K-major (A transposed), rows padded by 4 floats: 16-byte aligned for the wide reads, and the transposing
+    // stores of a warp spread over the banks.
+    __shared__ __align__(16) float as[2][16][132];
+    __shared__ __align__(16) float bs[2][16][132];
+    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const {e}* pa = {a} + batch * {s["sab"]}LL;
+    const {e}* pb = {b} + batch * {s["sbb"]}LL;
+    float ra[8], rb[8];
+    float acc[8][8] = {{}};
+    int next = 0;
+    int64_t k_next = 0;
+    {fetch}
+    {store}
+    __syncthreads();
+    for (int64_t k0 = 0; k0 < {g.k}LL; k0 += 16) {{
+        const int cur = next;
+        next ^= 1;
+        k_next = k0 + 16;
+        const bool more = k_next < {g.k}LL;
+        if (more) {{
+        {fetch}
+        }}
+#pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {{
+            const float4 a0 = *reinterpret_cast<const float4*>(&as[cur][kk][ty * 4]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&as[cur][kk][64 + ty * 4]);
+            const float4 b0 = *reinterpret_cast<const float4*>(&bs[cur][kk][tx * 4]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&bs[cur][kk][64 + tx * 4]);
+            const float av[8] = {{a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}};
+            const float bv[8] = {{b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w}};
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
+        }}
+        if (more) {{
+        {store}
+        }}
+        __syncthreads();  // this step's buffer is read by all before the step after next overwrites it
+    }}
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {{
+            const int64_t row = row0 + (i / 4) * 64 + ty * 4 + i % 4, col = col0 + (j / 4) * 64 + tx * 4 + j % 4;
+            if (row < {g.m}LL && col < {g.n}LL) {out}
+        }}
+}}
+
+extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
+    dim3 grid(({g.n} + 127) / 128, ({g.m} + 127) / 128, {g.batch});
+    {g.name}_kernel<<<grid, 256, 0, stream>>>({", ".join(_gemm_buffers(g))});
 }}
 """
 
@@ -838,11 +944,10 @@ def _cuda_gemm_wmma(g: GemmKernel) -> str:
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
     to_storage = HALF_TYPES[g.node.dtype][2]
     a_elem, b_elem = _tile_elements(g)
-    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", "cs[idx / 64][idx % 64]")
+    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "cs[idx / 64][idx % 64]"))
     return f"""
 // {g.node.op} on tensor cores: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 64x64 tiles, 32x32 per warp, K steps of 32.
-__global__ void __launch_bounds__(128) {g.name}_kernel(const {e}* __restrict__ {a}, const {e}* __restrict__ {b},
-                                                    {e}* __restrict__ {g.out}) {{
+__global__ void __launch_bounds__(128) {g.name}_kernel({_gemm_params(g)}) {{
     using namespace nvcuda;
     // Rows padded by 16 bytes (a multiple of 8 elements, as WMMA's leading dimensions must be) against bank
     // conflicts; every fragment's origin stays 32-byte aligned.
@@ -900,7 +1005,7 @@ __global__ void __launch_bounds__(128) {g.name}_kernel(const {e}* __restrict__ {
 
 extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
     dim3 grid(({g.n} + 63) / 64, ({g.m} + 63) / 64, {g.batch});
-    {g.name}_kernel<<<grid, 128, 0, stream>>>({a}, {b}, {g.out});
+    {g.name}_kernel<<<grid, 128, 0, stream>>>({", ".join(_gemm_buffers(g))});
 }}
 """
 
@@ -940,7 +1045,7 @@ extern "C" int {g.name}({_launcher_params(g, "cuda")}) {{
     static cublasHandle_t handle = nullptr;
     if (handle == nullptr && cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
     cublasSetStream(handle, stream);
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = {c_literal(g.alpha, "float")}, beta = 0.0f;
     return (int)cublasGemmStridedBatchedEx(handle, {b_op[0]}, {a_op[0]}, {g.n}, {g.m}, {g.k}, &alpha,
         {b}, {dt}, {b_op[1]}, {s["sbb"]}LL, {a}, {dt}, {a_op[1]}, {s["sab"]}LL, &beta,
         {g.out}, {dt}, {g.n}, {g.m * g.n}LL, {g.batch}, {compute}, CUBLAS_GEMM_DEFAULT);
@@ -968,7 +1073,7 @@ extern "C" void {g.name}({_launcher_params(g, "cpu")}) {{
             {accumulate}
             for (int64_t n = 0; n < {g.n}LL; ++n) c[n] = 0.0f;
             for (int64_t k = 0; k < {g.k}LL; ++k) {{
-                const float av = {a_load};
+                const float av = {_scaled(g, a_load)};
                 const {e}* brow = {b} + batch * {s["sbb"]}LL + k * {s["sbk"]}LL;
                 for (int64_t n = 0; n < {g.n}LL; ++n) c[n] += av * {b_load};
             }}
@@ -1176,7 +1281,8 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             vendor = _cublas_gemm(k, variant.gemm == "cublas_tf32") if variant.gemm.startswith("cublas") else None
             blas = blas or vendor is not None
             wmma = variant.gemm == "wmma" and k.node.dtype in HALF_TYPES
-            parts.append(vendor or (_cuda_gemm_wmma(k) if wmma else _cuda_gemm(k, variant)))
+            own = _cuda_gemm_pipelined(k) if variant.gemm == "pipelined" else _cuda_gemm(k, variant)
+            parts.append(vendor or (_cuda_gemm_wmma(k) if wmma else own))
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))
         else:

@@ -66,6 +66,7 @@ UNARY: dict[str, str] = {
     "silu": "(({0}) / (1 + exp(-({0}))))",
     "mish": "(({0}) * tanh(({0}) > 20 ? ({0}) : log1p(exp({0}))))",
     "logical_not": "(!({0}))",
+    "bitwise_not": "(~({0}))",  # of integers (capture.py makes a bool's a logical_not)
     "isnan": "isnan({0})",
     "alias": "({0})",
     "clone": "({0})",
@@ -91,6 +92,7 @@ BINARY: dict[str, str] = {
     "logical_or": "(({0}) || ({1}))",
     "bitwise_and": "(({0}) & ({1}))",
     "bitwise_or": "(({0}) | ({1}))",
+    "bitwise_xor": "(({0}) ^ ({1}))",
     "where": "(({0}) ? ({1}) : ({2}))",
 }
 # Reductions: (identity of the accumulator as a C expression, combine of acc and v, block-combine operator name).

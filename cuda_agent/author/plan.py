@@ -238,6 +238,7 @@ class Operand:
     buffer: str
     node: Node
     strides: list[int]  # element strides of the operand's (batch,) rows, cols as the contraction reads them
+    scale: float = 1.0  # a factor the product applies to its sums instead of the operand to its elements
 
 
 @dataclass
@@ -251,6 +252,7 @@ class GemmKernel:
     m: int
     n: int
     k: int
+    alpha: float = 1.0  # the product's sums are scaled by this (the operands' factors, ``Operand.scale``)
     reads: dict[str, Node] = field(default_factory=dict)
     writes: dict[str, Node] = field(default_factory=dict)
 
@@ -736,15 +738,19 @@ class Planner:
         return f"({d} * {self.value(kernel, scope, other, coords)})"
 
     def _operand(self, node: Node) -> Operand:
-        base, strides = node, None
+        """How a product reads ``node``: a buffer through the strides of the views over it, and a scalar factor
+        (``x * c`` read as x, c applied to the product's sum: SDPA scales both q and k by d^-1/4), where the views
+        allow; otherwise ``node`` materialized contiguously."""
+        base, strides, scale = node, None, 1.0
         chain: list[Node] = []
-        while (
-            id(base) not in self.materialized
-            and base.kind is OpKind.VIEW
-            and base.op in ("permute", "broadcast", "reshape")
-        ):
-            chain.append(base)
-            base = base.args[0]
+        while id(base) not in self.materialized:
+            if base.kind is OpKind.VIEW and base.op in ("permute", "broadcast", "reshape"):
+                chain.append(base)
+                base = base.args[0]
+            elif (factor := _scalar_factor(base)) is not None:
+                scale, base = scale * factor[0], factor[1]
+            else:
+                break
         if id(base) in self.materialized or base.kind in _MATERIALIZED:
             strides = contiguous_strides(base.shape)
             for view in reversed(chain):
@@ -752,9 +758,9 @@ class Planner:
                 if strides is None:
                     break
         if strides is None:  # an arithmetic producer or an irregular view: materialize it contiguously first
-            base, strides = node, contiguous_strides(node.shape)
+            base, strides, scale = node, contiguous_strides(node.shape), 1.0
         buffer = self.materialize(base)
-        return Operand(buffer, self.buffers[buffer], strides)
+        return Operand(buffer, self.buffers[buffer], strides, scale)
 
     def _gemm(self, node: Node, out: str) -> GemmKernel:
         # The vendor call and our kernels read both operands as the product's type (mixed types would be casts first).
@@ -764,7 +770,7 @@ class Planner:
         ash, bsh = node.args[0].shape, node.args[1].shape
         batch = ash[0] if node.op == "bmm" else 1
         m, k, n = ash[-2], ash[-1], bsh[-1]
-        kernel = GemmKernel("", node, a, b, out, batch, m, n, k)
+        kernel = GemmKernel("", node, a, b, out, batch, m, n, k, alpha=a.scale * b.scale)
         kernel.reads = {a.buffer: a.node, b.buffer: b.node}
         kernel.writes = {out: node}
         return kernel
@@ -824,6 +830,22 @@ def _reshape_strides(shape: tuple[int, ...], strides: list[int], new: tuple[int,
             if d > 0:
                 chunk_stride, tensor_numel, view_numel = strides[d - 1], 1, 1
     return out if view_d == -1 else None
+
+
+def _scalar_factor(node: Node) -> tuple[float, Node] | None:
+    """(c, x) where ``node`` is x times the number c (or x divided by it), in x's own shape and type."""
+    if node.kind is not OpKind.POINTWISE or node.op not in ("mul", "div") or len(node.args) != 2:
+        return None
+    x, c = node.args
+    if node.op == "mul" and not isinstance(x, Node):
+        x, c = c, x
+    if isinstance(c, Node) and c.kind is OpKind.CONST and c.numel == 1:
+        c = c.attrs["value"]
+    if not isinstance(x, Node) or isinstance(c, Node | bool) or not isinstance(c, int | float) or c == 0:
+        return None
+    if x.shape != node.shape or x.dtype != node.dtype or not math.isfinite(c):
+        return None
+    return (float(c) if node.op == "mul" else 1.0 / c), x
 
 
 # Views that move every element somewhere else in a tensor of as many elements (``_forward_coords`` maps them).

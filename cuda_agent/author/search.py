@@ -38,8 +38,9 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     has_conv = any(isinstance(k, ConvKernel) for k in plan.kernels)
     own_only = not rows
     # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
-    # then the 32 and 16 tiles of an output per thread.
+    # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread.
     ours = [Variant(gemm="wmma", tile=128, micro=8)] if any(k.node.dtype in HALF_TYPES for k in gemms) else []
+    ours += [Variant(gemm="pipelined", tile=128, micro=8)]
     ours += [Variant(gemm="tiled", tile=t, micro=r) for t, r in ((128, 8), (32, 1), (16, 1))]
     base = replace(ours[0], conv="direct") if own_only else Variant()
     has_rows = any(k.reduced for k in rows)

@@ -1,8 +1,9 @@
-// The author's CUDA row kernels on the host, for tests on machines without a GPU: every thread of a block is a
+// The author's CUDA kernels on the host, for tests on machines without a GPU: every thread of a block is a
 // std::thread, __syncthreads a barrier of the block's threads, a warp shuffle an exchange through a barrier of the
-// warp's 32 lanes. Blocks run one after another (a function's statics are then its block's shared memory), and a
-// launch runs at most two blocks: the kernels stride over their rows by the grid, so two blocks still cover every
-// row and interleave them. A shuffle some lanes of a warp skip deadlocks here as it misbehaves on a GPU.
+// warp's 32 lanes. Blocks run one after another (a function's statics are then its block's shared memory). A row
+// kernel's launch runs at most two blocks: the kernels stride over their rows by the grid, so two blocks still
+// cover every row and interleave them; a launch over a dim3 grid (a block per tile) runs every block. A shuffle
+// some lanes of a warp skip deadlocks here as it misbehaves on a GPU.
 #pragma once
 #include <algorithm>
 #include <barrier>
@@ -21,9 +22,14 @@ using namespace std;  // exp, fmax, ... resolve to the float overloads, as in CU
 #define __launch_bounds__(n)
 #define __restrict__ __restrict
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct EmuDim {
     unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 inline thread_local EmuDim threadIdx, blockIdx;
 inline EmuDim blockDim, gridDim;
@@ -73,22 +79,36 @@ T __shfl_sync(unsigned, T v, int source_lane) {
 }
 
 template <typename K, typename... A>
+void emu_block_run(K kernel, EmuDim block_index, unsigned block, A... args) {
+    std::barrier<> block_barrier(block);
+    emu_block = &block_barrier;
+    emu_warps.clear();
+    for (unsigned w = 0; w < (block + 31) / 32; ++w) emu_warps.push_back(std::make_unique<EmuWarp>());
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t) {
+        threads.emplace_back([=] {
+            threadIdx = {t, 0, 0};
+            blockIdx = block_index;
+            kernel(args...);
+        });
+    }
+    for (auto& thread : threads) thread.join();
+}
+
+// A grid-stride kernel's launch: two blocks.
+template <typename K, typename... A>
 void emu_launch(K kernel, unsigned grid, unsigned block, size_t, A... args) {
     gridDim = {std::min(grid, 2u), 1, 1};
     blockDim = {block, 1, 1};
-    for (unsigned b = 0; b < gridDim.x; ++b) {
-        std::barrier<> block_barrier(block);
-        emu_block = &block_barrier;
-        emu_warps.clear();
-        for (unsigned w = 0; w < (block + 31) / 32; ++w) emu_warps.push_back(std::make_unique<EmuWarp>());
-        std::vector<std::thread> threads;
-        for (unsigned t = 0; t < block; ++t) {
-            threads.emplace_back([=] {
-                threadIdx = {t, 0, 0};
-                blockIdx = {b, 0, 0};
-                kernel(args...);
-            });
-        }
-        for (auto& thread : threads) thread.join();
-    }
+    for (unsigned b = 0; b < gridDim.x; ++b) emu_block_run(kernel, EmuDim{b, 0, 0}, block, args...);
+}
+
+// A tiled kernel's launch (a block per tile: the GEMMs): every block.
+template <typename K, typename... A>
+void emu_launch(K kernel, dim3 grid, unsigned block, size_t, A... args) {
+    gridDim = {grid.x, grid.y, grid.z};
+    blockDim = {block, 1, 1};
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) emu_block_run(kernel, EmuDim{x, y, z}, block, args...);
 }

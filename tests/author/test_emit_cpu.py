@@ -253,6 +253,16 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(3, 17, 40), torch.randn(40, 9)]",
         "a, b",
     ),
+    # max with its indices, pieces of a tensor (chunk, split, unbind), repeat, a bool's ~, torch.tensor(scalar)
+    "indices_pieces_and_constants": (
+        "pass",
+        "v, i = torch.max(x, dim=1)\n        a, b = x.chunk(2, dim=-1)\n"
+        "        c, d, e = torch.split(x, [3, 4, 5], 1)\n        r = torch.unbind(x, 0)\n"
+        "        return v, i, a * b, c.sum(1) + d.mean(1) + e.amax(1), r[1] - r[2], x.repeat(2, 1)[:, :3], "
+        "~(x > 0), torch.min(x, torch.tensor(0.25))",
+        "[torch.randn(5, 12)]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",

@@ -70,3 +70,26 @@ def test_every_cuda_variant_matches_the_reference_emulated(name: str, tmp_path: 
         ours, refs = run_emulated_cuda(source, tmp_path, variant)
         for out, ref in zip(ours, refs, strict=True):
             torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=lambda m, v=variant: f"{v.label()}: {m}")
+
+
+# Our own GEMM kernels over ragged tiles: every block of the grid runs, the operands read through their strides.
+GEMMS = {
+    "mm_ragged": ("        return a @ b", "[torch.randn(130, 50), torch.randn(50, 70)]", "a, b"),
+    "transposed_operands": ("        return a.t() @ b.t()", "[torch.randn(40, 20), torch.randn(36, 40)]", "a, b"),
+    "one_buffer_twice": ("        return a @ a.t()", "[torch.randn(33, 18)]", "a"),
+    # the numbers the operands are scaled by, applied to the product's sums instead
+    "scaled_operands": ("        return (a * 0.5) @ (b / 4.0)", "[torch.randn(40, 30), torch.randn(30, 20)]", "a, b"),
+    "batched": ("        return torch.bmm(a, b)", "[torch.randn(2, 20, 17), torch.randn(2, 17, 140)]", "a, b"),
+}
+
+
+@pytest.mark.parametrize("name", list(GEMMS))
+def test_our_gemm_kernels_match_the_reference_emulated(name: str, tmp_path: Path) -> None:
+    forward, inputs, args = GEMMS[name]
+    source = problems.problem("        pass", forward, inputs, args=args)
+    ours = [v for v in variants(plan_graph(capture_problem(source)), "cuda") if v.gemm in ("pipelined", "tiled")]
+    assert {v.gemm for v in ours} == {"pipelined", "tiled"}
+    for variant in ours:
+        out, refs = run_emulated_cuda(source, tmp_path, variant)
+        for got, ref in zip(out, refs, strict=True):
+            torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4, msg=lambda m, v=variant: f"{v.label()}: {m}")

@@ -196,3 +196,15 @@ def test_a_product_over_a_flattened_batch_reads_and_writes_in_place() -> None:
     (gemm,) = _kernels(source)
     assert isinstance(gemm, GemmKernel) and gemm.a.buffer == "in0" and gemm.a.strides == [32, 1]
     assert gemm.out == "out0"
+
+
+def test_an_operand_scaled_by_a_number_is_read_unscaled_and_the_product_scaled() -> None:
+    source = problems.problem(
+        "        pass",
+        "        return F.scaled_dot_product_attention(q, k, v)",
+        "[torch.randn(2, 3, 9, 8), torch.randn(2, 3, 9, 8), torch.randn(2, 3, 9, 8)]",
+        args="q, k, v",
+    )
+    gemms = [k for k in _kernels(source) if isinstance(k, GemmKernel)]
+    scores = gemms[0]
+    assert (scores.a.buffer, scores.b.buffer) == ("in0", "in1") and scores.alpha == pytest.approx(8**-0.5)
