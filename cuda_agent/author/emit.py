@@ -56,6 +56,7 @@ class Variant:
     gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
     # lets cuDNN use tensor cores as PyTorch does by default (faster, within loose tolerances only); "direct" is ours
+    # (a thread per output position and tile of channels), "implicit" ours as a product (_cuda_conv_implicit)
     conv: str = "exact"
     omp: str = "auto"  # cpu: "auto" runs OpenMP threads only for big kernels (waking a team costs more than a
     # small kernel), "always" for every kernel
@@ -848,57 +849,98 @@ extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
 
 
 def _cuda_gemm_pipelined(g: GemmKernel) -> str:
-    """Our GEMM kernel at the FMA units' rate: a block of 256 threads computes a 128x128 tile of C, each thread
-    8x8 of it (two 4x4 groups 64 apart each way), over K steps of 16. The operands of a step are read from shared
-    memory 16 bytes at a time (4 wide reads feed 64 FMAs; a quarter warp reads 128 contiguous bytes, free of bank
-    conflicts), and the next step's are loaded from global memory into registers while this one is computed, into
-    the other of two shared buffers after it (one barrier a step). Loads walk each operand along its unit stride."""
+    """Our GEMM on the pipelined tile kernel (``_pipelined``): A and B through their strides."""
     s = _strides(g)
-    a, b, e = g.a.buffer, g.b.buffer, g.node.storage
     a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
-    # (row, k) of A and (k, col) of B that load l of a thread reads: consecutive threads, consecutive addresses
-    a_at = ("idx / 16", "idx % 16") if s["sak"] == 1 or s["sam"] != 1 else ("idx % 128", "idx / 128")
-    b_at = ("idx / 128", "idx % 128") if s["sbn"] == 1 or s["sbk"] != 1 else ("idx % 16", "idx / 16")
+    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "acc[i][j]"))
+    return _pipelined(
+        g.name,
+        f"{g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]",
+        (_gemm_params(g), ", ".join(_gemm_buffers(g)), _launcher_params(g, "cuda")),
+        (g.m, g.n, g.k, g.batch),
+        [
+            f"const {g.node.storage}* pa = {g.a.buffer} + batch * {s['sab']}LL;",
+            f"const {g.node.storage}* pb = {g.b.buffer} + batch * {s['sbb']}LL;",
+        ],
+        ([f"va = {a_load};"], s["sak"] == 1 or s["sam"] != 1),
+        ([f"vb = {b_load};"], s["sbn"] == 1 or s["sbk"] != 1),
+        out,
+    )
+
+
+def _pipelined(
+    name: str,
+    what: str,
+    signature: tuple[str, str, str],
+    sizes: tuple[int, int, int, int],
+    setup: list[str],
+    a: tuple[list[str], bool],
+    b: tuple[list[str], bool],
+    store: str,
+) -> str:
+    """A product C[batch] = A[batch] B[batch] of M x K by K x N at the FMA units' rate: a block of 256 threads
+    computes a 128x128 tile of C, each thread 8x8 of it (two 4x4 groups 64 apart each way), over K steps of 16. The
+    operands of a step are read from shared memory 16 bytes at a time (4 wide reads feed 64 FMAs; a quarter warp
+    reads 128 contiguous bytes, free of bank conflicts), and the next step's are loaded from global memory into
+    registers while this one is computed, into the other of two shared buffers after it (one barrier a step).
+
+    ``a``: statements setting ``va`` to A at (``row``, ``k``) (both in range), and whether neighbouring k are
+    neighbouring addresses (else neighbouring rows are: consecutive threads load along them); ``b`` likewise for
+    ``vb`` at (``k``, ``col``) and neighbouring columns (then every load of a thread is in column
+    ``col0 + threadIdx.x % 128``). ``store``: the statement writing ``acc[i][j]`` at (row,
+    col). ``signature``: the kernel's parameters, its launch's arguments and the launcher's parameters."""
+    m, n, k, batch = sizes
+    params, args, launcher = signature
+    a_at = ("idx / 16", "idx % 16") if a[1] else ("idx % 128", "idx / 128")
+    b_at = ("idx / 128", "idx % 128") if b[1] else ("idx % 16", "idx / 16")
     each = "#pragma unroll\n        for (int l = 0; l < 8; ++l) {\n            const int idx = threadIdx.x + l * 256;"
+    a_body = "\n".join("                    " + line for line in a[0])
+    b_body = "\n".join("                    " + line for line in b[0])
     fetch = f"""{each}
             {{
                 const int64_t row = row0 + {a_at[0]}, k = k_next + {a_at[1]};
-                ra[l] = (row < {g.m}LL && k < {g.k}LL) ? {a_load} : 0.0f;
+                float va = 0.0f;
+                if (row < {m}LL && k < {k}LL) {{
+{a_body}
+                }}
+                ra[l] = va;
             }}
             {{
                 const int64_t k = k_next + {b_at[0]}, col = col0 + {b_at[1]};
-                rb[l] = (k < {g.k}LL && col < {g.n}LL) ? {b_load} : 0.0f;
+                float vb = 0.0f;
+                if (k < {k}LL && col < {n}LL) {{
+{b_body}
+                }}
+                rb[l] = vb;
             }}
         }}"""
-    store = f"""{each}
+    keep = f"""{each}
             as[next][{a_at[1]}][{a_at[0]}] = ra[l];
             bs[next][{b_at[0]}][{b_at[1]}] = rb[l];
         }}"""
-    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "acc[i][j]"))
+    setup_lines = "\n".join("    " + line for line in setup)
     return f"""
-// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C, 8x8 per thread, K steps of 16,
-// the next step loaded while this one is computed.
-__global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
+// {what}; 128x128 tiles of C, 8x8 per thread, K steps of 16, the next step loaded while this one is computed.
+__global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     // K-major (A transposed), rows padded by 4 floats: 16-byte aligned for the wide reads, and the transposing
     // stores of a warp spread over the banks.
     __shared__ __align__(16) float as[2][16][132];
     __shared__ __align__(16) float bs[2][16][132];
     const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const {e}* pa = {a} + batch * {s["sab"]}LL;
-    const {e}* pb = {b} + batch * {s["sbb"]}LL;
+{setup_lines}
     float ra[8], rb[8];
     float acc[8][8] = {{}};
     int next = 0;
     int64_t k_next = 0;
     {fetch}
-    {store}
+    {keep}
     __syncthreads();
-    for (int64_t k0 = 0; k0 < {g.k}LL; k0 += 16) {{
+    for (int64_t k0 = 0; k0 < {k}LL; k0 += 16) {{
         const int cur = next;
         next ^= 1;
         k_next = k0 + 16;
-        const bool more = k_next < {g.k}LL;
+        const bool more = k_next < {k}LL;
         if (more) {{
         {fetch}
         }}
@@ -916,7 +958,7 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
                 for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
         }}
         if (more) {{
-        {store}
+        {keep}
         }}
         __syncthreads();  // this step's buffer is read by all before the step after next overwrites it
     }}
@@ -925,13 +967,13 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
 #pragma unroll
         for (int j = 0; j < 8; ++j) {{
             const int64_t row = row0 + (i / 4) * 64 + ty * 4 + i % 4, col = col0 + (j / 4) * 64 + tx * 4 + j % 4;
-            if (row < {g.m}LL && col < {g.n}LL) {out}
+            if (row < {m}LL && col < {n}LL) {{ {store} }}
         }}
 }}
 
-extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
-    dim3 grid(({g.n} + 127) / 128, ({g.m} + 127) / 128, {g.batch});
-    {g.name}_kernel<<<grid, 256, 0, stream>>>({", ".join(_gemm_buffers(g))});
+extern "C" void {name}({launcher}) {{
+    dim3 grid(({n} + 127) / 128, ({m} + 127) / 128, {batch});
+    {name}_kernel<<<grid, 256, 0, stream>>>({args});
 }}
 """
 
@@ -1123,17 +1165,19 @@ def _conv_body(k: ConvKernel) -> tuple[tuple[int, ...], list[str]]:
             put(f"const int64_t x{j} = u{j} / {stride}LL;")
         put(f"if (x{j} < 0 || x{j} >= {size}LL) continue;")
     taps = tuple(f"t{j}" for j in range(spatial))
-    put(f"const float v = {k.x}[{linear_index(xs, ('i0', 'c', *(f'x{j}' for j in range(spatial))))}];")
+    x_at = linear_index(xs, ("i0", "c", *(f"x{j}" for j in range(spatial))))
+    put(f"const float v = {loaded(k.reads[k.x], f'{k.x}[{x_at}]')};")
     for t in range(tile):
         channel = f"(co + {t})" if t else "co"
         w_at = ("c", f"({channel} % {cout_g}LL)", *taps) if a["transposed"] else (channel, "ci", *taps)
-        put(f"acc{t} += v * {k.w}[{linear_index(ws, w_at)}];")
+        put(f"acc{t} += v * {loaded(k.reads[k.w], f'{k.w}[{linear_index(ws, w_at)}]')};")
     while depth:
         depth -= 1
         put("}")
     positions = tuple(f"i{j + 2}" for j in range(spatial))
     for t in range(tile):
-        put(f"{k.out}[{linear_index(out, ('i0', f'(co + {t})' if t else 'co', *positions))}] = acc{t};")
+        at = linear_index(out, ("i0", f"(co + {t})" if t else "co", *positions))
+        put(stored(k.node, f"{k.out}[{at}]", f"acc{t}"))
     return space, lines
 
 
@@ -1156,10 +1200,11 @@ def _cuda_conv(k: ConvKernel, variant: Variant) -> str:
     warp reads neighbouring inputs and every thread of it the same weights."""
     space, body = _conv_body(k)
     block, total = variant.block, math.prod(space)
-    reads = [f"const float* __restrict__ {b}" for b in k.reads]
+    params = [f"const {n.storage}* __restrict__ {b}" for b, n in k.reads.items()]
+    params.append(f"{k.node.storage}* __restrict__ {k.out}")
     return f"""
 // {k.describe()}
-__global__ void __launch_bounds__({block}) {k.name}_kernel({", ".join(reads)}, float* __restrict__ {k.out}) {{
+__global__ void __launch_bounds__({block}) {k.name}_kernel({", ".join(params)}) {{
     for (int64_t o = (int64_t)blockIdx.x * {block} + threadIdx.x; o < {total}LL; o += (int64_t)gridDim.x * {block}) {{
 {_indent(body, 8)}
     }}
@@ -1171,6 +1216,72 @@ extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
     {k.name}_kernel<<<(unsigned)grid, {block}, 0, stream>>>({", ".join([*k.reads, k.out])});
 }}
 """
+
+
+def _digits(names: list[str], sizes: tuple[int, ...], index: str, ctype: str = "int64_t") -> list[str]:
+    """Statements giving each of ``names`` its coordinate (row-major over ``sizes``) in the flat ``index``."""
+    lines, stride = [], 1
+    for name, size in reversed(list(zip(names, sizes, strict=True))):
+        q = index if stride == 1 else f"({index} / {stride})"
+        lines.append(f"const {ctype} {name} = {q} % {size};")
+        stride *= size
+    return lines[::-1]
+
+
+def _cuda_conv_implicit(k: ConvKernel) -> str:
+    """Our convolution as a product on the pipelined tile kernel (implicit GEMM): per group, the weights (output
+    channels x input channels and taps) times the input gathered at each output position's taps (its columns: the
+    positions of every image, so a warp stores neighbouring positions), zero where a tap falls in the padding or,
+    transposed, between the strided inputs. Nothing is materialized: each operand element is gathered as loaded.
+    A thread's input loads all fall in one column (``_pipelined``): its image and output position are found once."""
+    a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
+    spatial, groups = len(out) - 2, a["groups"]
+    cin_g, cout_g = xs[1] // groups, out[1] // groups
+    taps, positions, plane = math.prod(ws[2:]), math.prod(out[2:]), math.prod(xs[2:])
+    depth = cin_g * taps
+    xnode, wnode = k.reads[k.x], k.reads[k.w]
+    setup = [
+        "const int64_t my_col = col0 + threadIdx.x % 128;",
+        f"const int64_t pos = my_col % {positions}LL;",
+        *_digits([f"o{j}" for j in range(spatial)], tuple(out[2:]), "(int)pos", "int"),
+        f"const {xnode.storage}* x_group = {k.x} + (my_col / {positions}LL) * {xs[1] * plane}LL"
+        f" + batch * {cin_g * plane}LL;",
+    ]
+    # B: the input at (k = channel and tap, col = image and output position); sizes within a group fit 32 bits
+    gather = ["const int kq = (int)k;", f"const int c = kq / {taps}, tap = kq % {taps};"]
+    gather += _digits([f"t{j}" for j in range(spatial)], tuple(ws[2:]), "tap", "int")
+    valid = []
+    for j in range(spatial):
+        stride, pad, dilation, size = a["stride"][j], a["pad"][j], a["dilation"][j], xs[2 + j]
+        if not a["transposed"]:
+            gather.append(f"const int x{j} = o{j} * {stride} - {pad} + t{j} * {dilation};")
+        else:
+            gather.append(f"const int u{j} = o{j} + {pad} - t{j} * {dilation};")
+            gather.append(f"const int x{j} = u{j} / {stride};")
+            valid.append(f"u{j} >= 0" + (f" && u{j} % {stride} == 0" if stride != 1 else ""))
+        valid.append(f"x{j} >= 0 && x{j} < {size}")
+    x_at = linear_index(xs[1:], ("c", *(f"x{j}" for j in range(spatial))))
+    gather.append(f"if ({' && '.join(valid)}) vb = {loaded(xnode, f'x_group[{x_at}]')};")
+    # A: the weights at (row = output channel in the group, k)
+    if a["transposed"]:  # [in, out / groups, *taps]
+        w_at = f"((batch * {cin_g}LL + k / {taps}LL) * {cout_g}LL + row) * {taps}LL + k % {taps}LL"
+    else:  # [out, in / groups, *taps]: a row of the weights is contiguous
+        w_at = f"(batch * {cout_g}LL + row) * {depth}LL + k"
+    weights = [f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
+    y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
+    store = stored(k.node, f"{k.out}[{y_at}]", "acc[i][j]")
+    params = [f"const {n.storage}* __restrict__ {b}" for b, n in k.reads.items()]
+    params.append(f"{k.node.storage}* __restrict__ {k.out}")
+    return _pipelined(
+        k.name,
+        k.describe(),
+        (", ".join(params), ", ".join([*k.reads, k.out]), _launcher_params(k, "cuda")),
+        (cout_g, out[0] * positions, depth, groups),
+        setup,
+        (weights, True),
+        (gather, True),
+        store,
+    )
 
 
 CUDNN_WORKSPACE_LIMIT = 1 << 30
@@ -1207,6 +1318,11 @@ def _cudnn_conv(k: ConvKernel, variant: Variant) -> str:
         run = "cudnnConvolutionForward(handle, &alpha, x_desc, {x} + n * {px}LL, w_desc, {w}, conv_desc, algo"
     run = run.format(x=k.x, w=k.w, px=per_x)
     # FMA math restricts cuDNN to exact fp32 kernels; with the default math it may pick TF32 tensor-core ones.
+    # 16-bit operands multiply exactly on tensor cores (into float sums, as PyTorch's convolutions do).
+    data = {"float32": "CUDNN_DATA_FLOAT", "float16": "CUDNN_DATA_HALF", "bfloat16": "CUDNN_DATA_BFLOAT16"}
+    data_type = data[k.node.dtype]
+    if k.node.dtype != "float32":
+        exact = False
     math_type = "CUDNN_FMA_MATH" if exact else "CUDNN_DEFAULT_MATH"
     usable = "perf[i].mathType != CUDNN_TENSOR_OP_MATH && perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION"
     return f"""
@@ -1231,9 +1347,9 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
         if (cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) return 1;
         if (cudnnCreateTensorDescriptor(&x_desc) || cudnnCreateTensorDescriptor(&y_desc) ||
             cudnnCreateFilterDescriptor(&w_desc) || cudnnCreateConvolutionDescriptor(&conv_desc) ||
-            cudnnSetTensorNdDescriptor(x_desc, CUDNN_DATA_FLOAT, {len(x_dims)}, x_dims, x_strides) ||
-            cudnnSetTensorNdDescriptor(y_desc, CUDNN_DATA_FLOAT, {len(y_dims)}, y_dims, y_strides) ||
-            cudnnSetFilterNdDescriptor(w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, {len(w_dims)}, w_dims) ||
+            cudnnSetTensorNdDescriptor(x_desc, {data_type}, {len(x_dims)}, x_dims, x_strides) ||
+            cudnnSetTensorNdDescriptor(y_desc, {data_type}, {len(y_dims)}, y_dims, y_strides) ||
+            cudnnSetFilterNdDescriptor(w_desc, {data_type}, CUDNN_TENSOR_NCHW, {len(w_dims)}, w_dims) ||
             cudnnSetConvolutionNdDescriptor(conv_desc, {geometry}, pad, stride, dilation, CUDNN_CROSS_CORRELATION,
                                             CUDNN_DATA_FLOAT) ||
             cudnnSetConvolutionGroupCount(conv_desc, {a["groups"]}) ||
@@ -1272,11 +1388,13 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)
     blas = dnn = False
     for k in plan.kernels:
-        if isinstance(k, ConvKernel) and device == "cuda" and variant.conv != "direct":
+        if isinstance(k, ConvKernel) and device == "cuda" and variant.conv not in ("direct", "implicit"):
             dnn = True
             parts.append(_cudnn_conv(k, variant))
+        elif isinstance(k, ConvKernel) and device == "cuda":
+            parts.append(_cuda_conv_implicit(k) if variant.conv == "implicit" else _cuda_conv(k, variant))
         elif isinstance(k, ConvKernel):
-            parts.append(_cuda_conv(k, variant) if device == "cuda" else _cpu_conv(k, variant))
+            parts.append(_cpu_conv(k, variant))
         elif isinstance(k, GemmKernel) and device == "cuda":
             vendor = _cublas_gemm(k, variant.gemm == "cublas_tf32") if variant.gemm.startswith("cublas") else None
             blas = blas or vendor is not None

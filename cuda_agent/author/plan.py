@@ -776,7 +776,7 @@ class Planner:
         return kernel
 
     def _conv(self, node: Node, out: str) -> ConvKernel:
-        if node.dtype != "float32":
+        if node.dtype not in ("float32", *HALF_TYPES) or any(a.dtype != node.dtype for a in node.args[:2]):
             raise Unsupported(f"convolution in {node.dtype}")
         x, w = (self.materialize(a) for a in node.args[:2])
         kernel = ConvKernel("", node, x, w, out)

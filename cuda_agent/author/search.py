@@ -9,6 +9,7 @@ environment keeps the best verified candidate, so the search only decides what t
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -42,13 +43,21 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     ours = [Variant(gemm="wmma", tile=128, micro=8)] if any(k.node.dtype in HALF_TYPES for k in gemms) else []
     ours += [Variant(gemm="pipelined", tile=128, micro=8)]
     ours += [Variant(gemm="tiled", tile=t, micro=r) for t, r in ((128, 8), (32, 1), (16, 1))]
-    base = replace(ours[0], conv="direct") if own_only else Variant()
+    # Our convolutions: as a product on the pipelined tile kernel (implicit GEMM), or a thread per output position
+    # and tile of channels (direct), first where a group's output channels or its depth are too few for the
+    # product's 128x128 tiles (depthwise convolutions).
+    shallow = any(_shallow(k) for k in plan.kernels if isinstance(k, ConvKernel))
+    own_conv = ["direct", "implicit"] if shallow else ["implicit", "direct"]
+    base = replace(ours[0], conv=own_conv[0]) if own_only else Variant()
     has_rows = any(k.reduced for k in rows)
     # Block sizes shape the row kernels and our direct convolution; the vector width, elementwise row kernels.
     # Our GEMM kernel's launch is its tile's: a plan of products alone varies the tile only.
     out = [base]
+    if has_conv:
+        out.append(replace(base, conv=own_conv[1] if own_only else own_conv[0]))
     if rows or has_conv:
-        out += [replace(base, block=b) for b in (512, 128, 1024)]
+        sized = replace(base, conv="direct") if own_only and has_conv else base
+        out += [replace(sized, block=b) for b in (512, 128, 1024)]
     if rows:
         out.append(replace(base, vec=1))
     # Early: a norm's rows read once is its likeliest win. Longer rows fit a thread's register share only with
@@ -78,6 +87,13 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
             replace(base, gemm="cublas_tf32" if fp32_gemm else base.gemm, conv="tf32" if has_conv else base.conv)
         )
     return list(dict.fromkeys(out))
+
+
+def _shallow(k: ConvKernel) -> bool:
+    """Whether a group's output channels or its depth (input channels by taps) are too few for a product's tile."""
+    groups = k.node.attrs["groups"]
+    depth = k.x_shape[1] // groups * math.prod(k.w_shape[2:])
+    return k.node.shape[1] // groups < 16 or depth < 16
 
 
 @dataclass

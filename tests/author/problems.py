@@ -96,3 +96,25 @@ COLUMN_CUMSUM = problem("        pass", "        return torch.cumsum(x, dim=1)",
 SOFTMAX_CUMSUM = problem(
     "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(64, 1000)]"
 )
+# A 16-bit convolution (cuDNN in bfloat16 with float sums, or ours), its bias and activation fused after.
+BF16_CONV_RELU = problem(
+    "        self.conv = nn.Conv2d(8, 16, 3, padding=1).to(torch.bfloat16)",
+    "        return torch.relu(self.conv(x))",
+    "[torch.randn(4, 8, 20, 20, dtype=torch.bfloat16)]",
+)
+# SDPA's decomposition: q and k scaled (the product's factor instead), a fully-masked-row check (any), the output
+# reshaped in place.
+SDPA = problem(
+    "        pass",
+    "        return F.scaled_dot_product_attention(q, k, v)",
+    "[torch.randn(2, 4, 70, 32), torch.randn(2, 4, 70, 32), torch.randn(2, 4, 70, 32)]",
+    args="q, k, v",
+)
+# A suffix sum: the scan stores its flipped output itself.
+REVERSE_CUMSUM = problem("        pass", "        return x.flip(-1).cumsum(-1).flip(-1)", "[torch.randn(40, 3000)]")
+# A convolution alone (no bias): our own kernels, as a product (implicit GEMM) and a thread per output.
+OWN_CONV = problem(
+    "        self.c = nn.Conv2d(8, 32, 3, stride=2, padding=1, groups=2, bias=False)",
+    "        return self.c(x)",
+    "[torch.randn(4, 8, 33, 30)]",
+)

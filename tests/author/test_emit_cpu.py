@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.author.helpers import run_cpu
 from tests.author.problems import problem
@@ -263,6 +265,14 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(5, 12)]",
         "x",
     ),
+    # a 16-bit convolution: operands converted on load, sums in float, rounded once on store (without a bias: it
+    # is added after the rounded sums, as on the GPU, where torch's CPU kernels add it before rounding)
+    "bf16_conv": (
+        "self.c = nn.Conv2d(4, 6, 3, padding=1, bias=False).to(torch.bfloat16)",
+        "return self.c(x)",
+        "[torch.randn(2, 4, 9, 7, dtype=torch.bfloat16)]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
@@ -286,6 +296,26 @@ def test_cpu_kernels_match_the_reference(name: str, tmp_path: Path) -> None:
         # 16-bit outputs: assert_close's tolerances for their type (a rounding apart, where ours rounds once)
         tolerance = {} if ref.dtype in (torch.bfloat16, torch.float16) else {"atol": 1e-4, "rtol": 1e-4}
         torch.testing.assert_close(out, ref, **tolerance)
+
+
+def test_a_half_transposed_convolution_rounds_once(tmp_path: Path) -> None:
+    """Against the exact result: torch's CPU kernel rounds along the way (further off than ours), so it is no
+    reference for a kernel that sums in float and rounds once."""
+    source = problem(
+        "        self.t = nn.ConvTranspose1d(3, 5, 4, stride=2, bias=False).half()",
+        "        return self.t(y)",
+        "[torch.randn(2, 3, 11, dtype=torch.float16)]",
+        args="y",
+    )
+    (ours,), _ = run_cpu(source, tmp_path)
+    module = types.ModuleType("half_transposed")
+    exec(source, module.__dict__)
+    torch.manual_seed(0)  # as run_cpu builds them
+    model = module.Model()
+    (y,) = module.get_inputs()
+    exact = F.conv_transpose1d(y.double(), model.t.weight.double(), stride=2)
+    assert ours.dtype == torch.float16
+    assert bool(((ours.double() - exact).abs() <= exact.abs() * 2.0**-11 + 1e-6).all())  # half an fp16 ulp
 
 
 def test_a_division_by_a_constant_is_a_product_unless_rounded() -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from cuda_agent.author import capture_problem, plan_graph
+from cuda_agent.author.emit import Variant
 from cuda_agent.author.plan import RowKernel
 from cuda_agent.author.search import variants
 from tests.author import problems
@@ -66,6 +67,10 @@ def test_every_cuda_variant_matches_the_reference_emulated(name: str, tmp_path: 
     assert all(isinstance(k, RowKernel) for k in plan.kernels)
     tried = variants(plan, "cuda")
     assert len(tried) > 1
+    _match_the_reference(source, tmp_path, tried)
+
+
+def _match_the_reference(source: str, tmp_path: Path, tried: list[Variant]) -> None:
     for variant in tried:
         ours, refs = run_emulated_cuda(source, tmp_path, variant)
         for out, ref in zip(ours, refs, strict=True):
@@ -89,7 +94,33 @@ def test_our_gemm_kernels_match_the_reference_emulated(name: str, tmp_path: Path
     source = problems.problem("        pass", forward, inputs, args=args)
     ours = [v for v in variants(plan_graph(capture_problem(source)), "cuda") if v.gemm in ("pipelined", "tiled")]
     assert {v.gemm for v in ours} == {"pipelined", "tiled"}
-    for variant in ours:
-        out, refs = run_emulated_cuda(source, tmp_path, variant)
-        for got, ref in zip(out, refs, strict=True):
-            torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4, msg=lambda m, v=variant: f"{v.label()}: {m}")
+    _match_the_reference(source, tmp_path, ours)
+
+
+# Our convolutions (the problems have no bias: a convolution alone runs on our kernels), every geometry the
+# gather handles: strides, padding, dilation, groups, transposed with strides, 1-d and 3-d.
+CONVS = {
+    "conv2d_strided_dilated": (
+        "        self.c = nn.Conv2d(4, 20, 3, stride=2, padding=2, dilation=2, bias=False)",
+        "[torch.randn(2, 4, 11, 9)]",
+    ),
+    "conv2d_grouped": (
+        "        self.c = nn.Conv2d(8, 32, (3, 2), padding=1, groups=2, bias=False)",
+        "[torch.randn(2, 8, 7, 6)]",
+    ),
+    "transposed_strided": (
+        "        self.c = nn.ConvTranspose2d(6, 18, 3, stride=2, padding=1, output_padding=1, bias=False)",
+        "[torch.randn(2, 6, 5, 4)]",
+    ),
+    "conv1d": ("        self.c = nn.Conv1d(5, 17, 4, padding=3, bias=False)", "[torch.randn(3, 5, 30)]"),
+    "conv3d": ("        self.c = nn.Conv3d(3, 16, 2, bias=False)", "[torch.randn(2, 3, 4, 5, 3)]"),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_our_convolutions_match_the_reference_emulated(name: str, tmp_path: Path) -> None:
+    init, inputs = CONVS[name]
+    source = problems.problem(init, "        return self.c(x)", inputs)
+    ours = [v for v in variants(plan_graph(capture_problem(source)), "cuda") if v.conv in ("implicit", "direct")]
+    assert {v.conv for v in ours} == {"implicit", "direct"}
+    _match_the_reference(source, tmp_path, ours)

@@ -232,6 +232,10 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         problems.STANDARDIZE_COLUMNS,
         problems.SOFTMAX_CUMSUM,
         problems.COLUMN_CUMSUM,
+        problems.BF16_CONV_RELU,
+        problems.SDPA,
+        problems.REVERSE_CUMSUM,
+        problems.OWN_CONV,
     ],
     ids=[
         "rmsnorm",
@@ -243,12 +247,17 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         "standardize_columns",
         "softmax_cumsum",
         "column_cumsum",
+        "bf16_conv_relu",
+        "sdpa",
+        "reverse_cumsum",
+        "own_conv",
     ],
 )
 def test_every_variant_is_correct_on_cuda(source: str) -> None:
     """Not only the fastest: each variant the search times (block sizes, a row per thread, per warp, per block or 32
     columns per block, scans per thread, per warp, per block or per column tile, the row cached in registers or
-    shared memory, our GEMM kernels: WMMA, register-blocked, tiled) computes the reference's outputs."""
+    shared memory, our GEMM kernels: WMMA, pipelined, register-blocked, tiled; our convolutions: implicit GEMM,
+    direct) computes the reference's outputs."""
     config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
     traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
     verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]
