@@ -339,6 +339,12 @@ _CONST = re.compile(r"^const [\w:]+ (?P<name>\w+) = (?P<expr>.*);$")
 _WORD = re.compile(r"\b\w+\b")
 
 
+def _declare_once(lines: list[str], more: list[str]) -> None:
+    """``more`` appended to ``lines`` but for constants declared there already: a loop hoists the values that do not
+    vary along it (a row's own element where the reduced dims have size 1), which the row's scope declares too."""
+    lines += [stmt for stmt in more if not (_CONST.match(stmt) and stmt in lines)]
+
+
 def _loop(loop: str, body: list[str]) -> list[str]:
     """``loop`` over ``body``, with the statements that do not vary along the loop (per-row values such as
     rsqrt(var + eps)) hoisted before it: host compilers keep libm calls in the loop (errno)."""
@@ -466,7 +472,7 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
                 body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
             else:
                 body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
-        lines += _loop(loop, body)
+        _declare_once(lines, _loop(loop, body))
         for red in group:
             identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
             if combine_threads:
@@ -484,8 +490,8 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     elif kernel.full_outputs:
         body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
         body += [element_guard + stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs]
-        lines += _loop(loop, body)
-    lines += _scope_body(kernel, kernel.row_scope, full_index)
+        _declare_once(lines, _loop(loop, body))
+    _declare_once(lines, _scope_body(kernel, kernel.row_scope, full_index))
     if kernel.reduced_outputs:
         stores = " ".join(stored(kernel.writes[b], f"{b}[{off}]", var) for b, var, off in kernel.reduced_outputs)
         lines.append(row_guard + "{ " + stores + " }")

@@ -501,6 +501,8 @@ class Planner:
     def _value(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
         if node.kind is OpKind.CONST:
             return c_literal(node.attrs["value"], node.ctype)
+        if node.kind is OpKind.VIEW and id(node) in self.materialized:  # staged: written in the view's own layout
+            return self._load(kernel, scope, node, self.materialized[id(node)], coords)
         if node.kind is OpKind.VIEW:
             return self.value(kernel, scope, node.args[0], view_coords(node, coords))
         # A reduction another kernel wrote is one load per row; fused again, it would be another pass over the row.
@@ -635,7 +637,7 @@ class Planner:
         kernel.reads[buffer] = node
         index = linear_index(node.shape, coords)
         own = linear_index(kernel.shape, tuple(f"i{j}" for j in range(len(kernel.shape))))
-        if node.numel == math.prod(kernel.shape) and index == own:
+        if node.shape == kernel.shape and index == own:
             # Read at the kernel's own element: emit.py may load these 16 bytes at a time.
             scope.identity_loads[buffer] = node
             return f"ld_{buffer}"

@@ -273,6 +273,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(2, 4, 9, 7, dtype=torch.bfloat16)]",
         "x",
     ),
+    # the maximum kept as a column, then statistics of that column: the staged column is read, not made again
+    "linear_max_mean_gelu": (
+        "self.l = nn.Linear(24, 40)",
+        "y = torch.max(self.l(x), dim=1, keepdim=True).values\n        return F.gelu(y - y.mean(dim=1, keepdim=True))",
+        "[torch.randn(9, 24)]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
