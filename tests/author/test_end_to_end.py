@@ -119,13 +119,28 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         (problems.SOFTMAX_CUMSUM, "cache=regs", "const float ld_in0 = c_in0[k];"),
         (problems.SOFTMAX, "rows=warp", "float c_in0[17] = {};"),
         (problems.SOFTMAX_CUMSUM, "rows=warp", "warp_exclusive_scan<float>"),
+        (problems.BMM_TRANSPOSED, "gemm=pipelined", "float as[2][16][132]"),
+        (problems.OWN_CONV, "conv=implicit", "x_group["),
+        (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
+        (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
     ],
-    ids=["column_tiles", "block_scan", "block_scan_in_registers", "warp_rows_in_registers", "warp_scan"],
+    ids=[
+        "column_tiles",
+        "block_scan",
+        "block_scan_in_registers",
+        "warp_rows_in_registers",
+        "warp_scan",
+        "pipelined_gemm",
+        "implicit_gemm_conv",
+        "bf16_cudnn_conv",
+        "scaled_product",
+    ],
 )
-def test_row_layouts_compile_with_nvcc(source: str, knob: str, code: str) -> None:
+def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) -> None:
     """The default layouts of column statistics (32 columns a block) and of a scan along contiguous rows (a block
-    a row, chunk by chunk, its operand read once into registers where it fits), and a warp per short row (its 513
-    elements in 17 registers a lane; a scan chunk by chunk as a block's)."""
+    a row, chunk by chunk, its operand read once into registers where it fits), a warp per short row (its 513
+    elements in 17 registers a lane; a scan chunk by chunk as a block's), our pipelined GEMM and convolution, a
+    bfloat16 convolution on cuDNN and a product scaled by its operands' factors."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
     assert code in files["kernels/author.cu"]
     request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
