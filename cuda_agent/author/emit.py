@@ -93,13 +93,13 @@ struct MinOp { template <typename T> __device__ T operator()(T a, T b) const { r
 template <typename T, typename Op>
 __device__ T block_reduce(T v, Op op, T identity) {
     __shared__ T partial[32];
-    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    for (int off = 16; off > 0; off >>= 1) v = op(v, (T)__shfl_xor_sync(0xffffffffu, v, off));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
     __syncthreads();
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     v = lane < warps ? partial[lane] : identity;
-    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    for (int off = 16; off > 0; off >>= 1) v = op(v, (T)__shfl_xor_sync(0xffffffffu, v, off));
     return v;
 }
 
@@ -107,7 +107,7 @@ __device__ T block_reduce(T v, Op op, T identity) {
 // is unused: the signature is block_reduce's, so that the call site is the same.
 template <typename T, typename Op>
 __device__ T warp_reduce(T v, Op op, T) {
-    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    for (int off = 16; off > 0; off >>= 1) v = op(v, (T)__shfl_xor_sync(0xffffffffu, v, off));
     return v;
 }
 

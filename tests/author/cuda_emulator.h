@@ -64,18 +64,20 @@ T emu_exchange(T v, int source_lane) {
     warp.arrived.arrive_and_wait();  // every lane has read before the next exchange writes
     return out;
 }
+// CUDA's shuffles are overloads for int, float, double and the other promoted types: a bool goes and comes back
+// as an int (decltype(+v)), so code that needs a bool back must say so, as it must for the GPU.
 template <typename T>
-T __shfl_xor_sync(unsigned, T v, int mask) {
-    return emu_exchange(v, (threadIdx.x & 31) ^ mask);
+auto __shfl_xor_sync(unsigned, T v, int mask) -> decltype(+v) {
+    return emu_exchange(+v, (threadIdx.x & 31) ^ mask);
 }
 template <typename T>
-T __shfl_up_sync(unsigned, T v, unsigned delta) {
+auto __shfl_up_sync(unsigned, T v, unsigned delta) -> decltype(+v) {
     const unsigned lane = threadIdx.x & 31;
-    return emu_exchange(v, lane >= delta ? lane - delta : lane);
+    return emu_exchange(+v, lane >= delta ? lane - delta : lane);
 }
 template <typename T>
-T __shfl_sync(unsigned, T v, int source_lane) {
-    return emu_exchange(v, source_lane);
+auto __shfl_sync(unsigned, T v, int source_lane) -> decltype(+v) {
+    return emu_exchange(+v, source_lane);
 }
 
 template <typename K, typename... A>

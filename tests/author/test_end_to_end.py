@@ -100,8 +100,9 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
     assert result.status is CompileStatus.OK, result.log[-3000:]
     if knob.startswith("conv"):
         assert ("cudnnConvolution" in files["kernels/author.cu"]) is (knob != "conv=direct")
-    if knob == "conv=direct":  # the convolution alone: every variant runs it on our kernel
-        assert all("conv=direct " in label for label, _ in variants)
+    if knob == "conv=direct":  # the convolution alone: every variant runs it on our kernels
+        assert all({"conv=direct", "conv=implicit"} & set(label.split()) for label, _ in variants)
+        assert not any("cudnnConvolution" in f["kernels/author.cu"] for _, f in variants)
     if knob == "cache=regs":  # the row read once into registers, its later passes read the registers
         assert "c_in0[k] = in0[" in files["kernels/author.cu"] and "ld_in0 = c_in0[k]" in files["kernels/author.cu"]
     if knob == "cache=smem":  # 160 KB of row: the kernel opts into more than the default 48 KB
