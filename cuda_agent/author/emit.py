@@ -35,6 +35,7 @@ from cuda_agent.author.plan import (
 from cuda_agent.contracts.candidate import KERNELS_DIR, MODEL_NEW_FILE, CandidateForm, CandidateSource
 
 KERNEL_STEM = "author"
+MAX_SOURCE_BYTES = 2 << 20  # the dev suite's sources are at most ~150 KB
 OMP_MIN_WORK = 1 << 18
 
 
@@ -1416,7 +1417,14 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         parts.insert(1, '#include <cublas_v2.h>\n#pragma comment(lib, "cublas")\n')
     if dnn:
         parts.insert(1, '#include <cudnn.h>\n#pragma comment(lib, "cudnn")\n')
-    return "".join(parts)
+    source = "".join(parts)
+    if len(source) > MAX_SOURCE_BYTES:
+        # A recurrence (an LSTM's steps) inlines every step's gates into the next: no build finishes in time.
+        raise Unsupported(
+            f"the emitted kernels come to {len(source) / 1e6:.0f} MB of source, over the "
+            f"{MAX_SOURCE_BYTES >> 20} MB a build finishes in time"
+        )
+    return source
 
 
 def _torch_dtype(node: Node) -> str:

@@ -208,3 +208,14 @@ def test_an_operand_scaled_by_a_number_is_read_unscaled_and_the_product_scaled()
     gemms = [k for k in _kernels(source) if isinstance(k, GemmKernel)]
     scores = gemms[0]
     assert (scores.a.buffer, scores.b.buffer) == ("in0", "in1") and scores.alpha == pytest.approx(8**-0.5)
+
+
+def test_sources_too_large_to_build_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recurrence inlined step by step (an LSTM's gates) comes to tens of MB of source: refused up front."""
+    from cuda_agent.author import emit
+    from cuda_agent.author.search import author_problem
+
+    assert not author_problem(problems.SOFTMAX, "cuda").unsupported
+    monkeypatch.setattr(emit, "MAX_SOURCE_BYTES", 4096)
+    refused = author_problem(problems.SOFTMAX, "cuda").unsupported
+    assert refused.startswith("the emitted kernels come to") and "a build finishes in time" in refused
