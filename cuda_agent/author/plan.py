@@ -899,6 +899,14 @@ _INTEGER = {
     "abs": "(({0}) < 0 ? -({0}) : ({0}))",
     "maximum": "(({0}) > ({1}) ? ({0}) : ({1}))",
     "minimum": "(({0}) < ({1}) ? ({0}) : ({1}))",
+    # CUDA's floor and fmod of an integer are host-only overloads: integers round to themselves, C's % truncates
+    # as fmod does, and remainder takes the divisor's sign (a roll's wrapped indices)
+    "floor": "({0})",
+    "ceil": "({0})",
+    "trunc": "({0})",
+    "round": "({0})",
+    "fmod": "(({0}) % ({1}))",
+    "remainder": "(((({0}) % ({1})) + ({1})) % ({1}))",
 }
 
 

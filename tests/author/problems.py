@@ -118,3 +118,10 @@ OWN_CONV = problem(
     "        return self.c(x)",
     "[torch.randn(4, 8, 33, 30)]",
 )
+# Integer arithmetic on the device: a roll's wrapped indices, remainder and fmod of integers of either sign.
+INTEGER_ARITHMETIC = problem(
+    "        pass",
+    "        return torch.roll(x, shifts=3, dims=1), torch.remainder(i, 7) - torch.fmod(i, -5)",
+    "[torch.randn(6, 40), torch.randint(-50, 50, (6, 40))]",
+    args="x, i",
+)

@@ -280,6 +280,12 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(9, 24)]",
         "x",
     ),
+    "integer_arithmetic": (
+        "pass",
+        "return torch.roll(x, shifts=3, dims=1), torch.remainder(i, 7) - torch.fmod(i, -5)",
+        "[torch.randn(6, 40), torch.randint(-50, 50, (6, 40))]",
+        "x, i",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",

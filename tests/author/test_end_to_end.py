@@ -124,6 +124,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         (problems.OWN_CONV, "conv=implicit", "x_group["),
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
+        (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
     ],
     ids=[
         "column_tiles",
@@ -135,13 +136,15 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         "implicit_gemm_conv",
         "bf16_cudnn_conv",
         "scaled_product",
+        "integer_arithmetic",
     ],
 )
 def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) -> None:
     """The default layouts of column statistics (32 columns a block) and of a scan along contiguous rows (a block
     a row, chunk by chunk, its operand read once into registers where it fits), a warp per short row (its 513
     elements in 17 registers a lane; a scan chunk by chunk as a block's), our pipelined GEMM and convolution, a
-    bfloat16 convolution on cuDNN and a product scaled by its operands' factors."""
+    bfloat16 convolution on cuDNN, a product scaled by its operands' factors and integer arithmetic (which host
+    compilers take where nvcc does not)."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
     assert code in files["kernels/author.cu"]
     request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
