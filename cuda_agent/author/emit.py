@@ -1202,16 +1202,20 @@ extern "C" void {k.name}({_launcher_params(k, "cpu")}) {{
 """
 
 
+def _conv_params(k: ConvKernel) -> str:
+    """Our convolution kernels' parameters: the input and the weights, then the output, in their storage types."""
+    params = [f"const {n.storage}* __restrict__ {b}" for b, n in k.reads.items()]
+    return ", ".join([*params, f"{k.node.storage}* __restrict__ {k.out}"])
+
+
 def _cuda_conv(k: ConvKernel, variant: Variant) -> str:
     """Our own direct convolution: a thread per (batch, channel tile, output position), positions fastest, so a
     warp reads neighbouring inputs and every thread of it the same weights."""
     space, body = _conv_body(k)
     block, total = variant.block, math.prod(space)
-    params = [f"const {n.storage}* __restrict__ {b}" for b, n in k.reads.items()]
-    params.append(f"{k.node.storage}* __restrict__ {k.out}")
     return f"""
 // {k.describe()}
-__global__ void __launch_bounds__({block}) {k.name}_kernel({", ".join(params)}) {{
+__global__ void __launch_bounds__({block}) {k.name}_kernel({_conv_params(k)}) {{
     for (int64_t o = (int64_t)blockIdx.x * {block} + threadIdx.x; o < {total}LL; o += (int64_t)gridDim.x * {block}) {{
 {_indent(body, 8)}
     }}
@@ -1277,12 +1281,10 @@ def _cuda_conv_implicit(k: ConvKernel) -> str:
     weights = [f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
     y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
     store = stored(k.node, f"{k.out}[{y_at}]", "acc[i][j]")
-    params = [f"const {n.storage}* __restrict__ {b}" for b, n in k.reads.items()]
-    params.append(f"{k.node.storage}* __restrict__ {k.out}")
     return _pipelined(
         k.name,
         k.describe(),
-        (", ".join(params), ", ".join([*k.reads, k.out]), _launcher_params(k, "cuda")),
+        (_conv_params(k), ", ".join([*k.reads, k.out]), _launcher_params(k, "cuda")),
         (cout_g, out[0] * positions, depth, groups),
         setup,
         (weights, True),

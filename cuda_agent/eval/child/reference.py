@@ -133,7 +133,7 @@ class Reference(harness.ChildRole):
         self.signature = signature(self.base[1])
         base = self.base[1]
         self.replay = lambda: timing.scaled(base, factor)
-        self.run_and_keep(timing.scaled(base, factor))
+        self.run_and_keep(self.replay())
 
     def compare(self, command: CompareCommand) -> None:
         assert self.buffer is not None
