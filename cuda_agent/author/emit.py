@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cuda_agent.author.ir import HALF_TYPES, Node, Unsupported, loaded, reduction, stored
@@ -53,6 +54,7 @@ class Variant:
     micro: int = 1  # outputs per thread along each edge of that tile (held in registers)
     # "cublas": the vendor library where the operands' strides allow it ("cublas_tf32": on TF32 tensor cores), else
     # "tiled" (ours), "pipelined" (ours, 128x128 tiles with wide shared reads and the next K step loaded ahead),
+    # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy; our implicit convolutions too),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
     gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
@@ -855,11 +857,11 @@ extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
 """
 
 
-def _cuda_gemm_pipelined(g: GemmKernel) -> str:
+def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
     """Our GEMM on the pipelined tile kernel (``_pipelined``): A and B through their strides."""
     s = _strides(g)
     a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
-    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "acc[i][j]"))
+    at = f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]"
     return _pipelined(
         g.name,
         f"{g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]",
@@ -871,7 +873,8 @@ def _cuda_gemm_pipelined(g: GemmKernel) -> str:
         ],
         ([f"va = {a_load};"], s["sak"] == 1 or s["sam"] != 1),
         ([f"vb = {b_load};"], s["sbn"] == 1 or s["sbk"] != 1),
-        out,
+        lambda value: stored(g.node, at, _scaled(g, value)),
+        tensor_cores,
     )
 
 
@@ -883,10 +886,11 @@ def _pipelined(
     setup: list[str],
     a: tuple[list[str], bool],
     b: tuple[list[str], bool],
-    store: str,
+    store: Callable[[str], str],
+    tensor_cores: bool = False,
 ) -> str:
-    """A product C[batch] = A[batch] B[batch] of M x K by K x N at the FMA units' rate: a block of 256 threads
-    computes a 128x128 tile of C, each thread 8x8 of it (two 4x4 groups 64 apart each way), over K steps of 16. The
+    """A product C[batch] = A[batch] B[batch] of M x K by K x N: a block of 256 threads computes a 128x128 tile of
+    C over K steps of 16; on the FMA units each thread computes 8x8 of it (two 4x4 groups 64 apart each way). The
     operands of a step are read from shared memory 16 bytes at a time (4 wide reads feed 64 FMAs; a quarter warp
     reads 128 contiguous bytes, free of bank conflicts), and the next step's are loaded from global memory into
     registers while this one is computed, into the other of two shared buffers after it (one barrier a step).
@@ -894,8 +898,10 @@ def _pipelined(
     ``a``: statements setting ``va`` to A at (``row``, ``k``) (both in range), and whether neighbouring k are
     neighbouring addresses (else neighbouring rows are: consecutive threads load along them); ``b`` likewise for
     ``vb`` at (``k``, ``col``) and neighbouring columns (then every load of a thread is in column
-    ``col0 + threadIdx.x % 128``). ``store``: the statement writing ``acc[i][j]`` at (row,
-    col). ``signature``: the kernel's parameters, its launch's arguments and the launcher's parameters."""
+    ``col0 + threadIdx.x % 128``). ``store``: the statement writing a value (the C expression given) at (row,
+    col). ``signature``: the kernel's parameters, its launch's arguments and the launcher's parameters.
+    ``tensor_cores``: the products on TF32 tensor cores at float32 accuracy (``_tf32x3_steps``), else on the FMA
+    units."""
     m, n, k, batch = sizes
     params, args, launcher = signature
     a_at = ("idx / 16", "idx % 16") if a[1] else ("idx % 128", "idx / 128")
@@ -926,18 +932,42 @@ def _pipelined(
             bs[next][{b_at[0]}][{b_at[1]}] = rb[l];
         }}"""
     setup_lines = "\n".join("    " + line for line in setup)
-    return f"""
-// {what}; 128x128 tiles of C, 8x8 per thread, K steps of 16, the next step loaded while this one is computed.
+    if tensor_cores:
+        accumulators, steps, epilogue = _tf32x3_steps(m, n, store)
+    else:
+        accumulators = "float acc[8][8] = {};"
+        steps = """#pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            const float4 a0 = *reinterpret_cast<const float4*>(&as[cur][kk][ty * 4]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&as[cur][kk][64 + ty * 4]);
+            const float4 b0 = *reinterpret_cast<const float4*>(&bs[cur][kk][tx * 4]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&bs[cur][kk][64 + tx * 4]);
+            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
+        }"""
+        epilogue = f"""#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {{
+            const int64_t row = row0 + (i / 4) * 64 + ty * 4 + i % 4, col = col0 + (j / 4) * 64 + tx * 4 + j % 4;
+            if (row < {m}LL && col < {n}LL) {{ {store("acc[i][j]")} }}
+        }}"""
+    return f"""{"#include <mma.h>" if tensor_cores else ""}
+// {what}; 128x128 tiles of C, K steps of 16, the next step loaded while this one is computed.
 __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     // K-major (A transposed), rows padded by 4 floats: 16-byte aligned for the wide reads, and the transposing
-    // stores of a warp spread over the banks.
-    __shared__ __align__(16) float as[2][16][132];
-    __shared__ __align__(16) float bs[2][16][132];
+    // stores of a warp spread over the banks; 32-byte aligned, as the origins of tensor-core fragments must be.
+    __shared__ __align__(32) float as[2][16][132];
+    __shared__ __align__(32) float bs[2][16][132];
     const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 {setup_lines}
     float ra[8], rb[8];
-    float acc[8][8] = {{}};
+    {accumulators}
     int next = 0;
     int64_t k_next = 0;
     {fetch}
@@ -951,31 +981,13 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
         if (more) {{
         {fetch}
         }}
-#pragma unroll
-        for (int kk = 0; kk < 16; ++kk) {{
-            const float4 a0 = *reinterpret_cast<const float4*>(&as[cur][kk][ty * 4]);
-            const float4 a1 = *reinterpret_cast<const float4*>(&as[cur][kk][64 + ty * 4]);
-            const float4 b0 = *reinterpret_cast<const float4*>(&bs[cur][kk][tx * 4]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&bs[cur][kk][64 + tx * 4]);
-            const float av[8] = {{a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}};
-            const float bv[8] = {{b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w}};
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
-        }}
+{steps}
         if (more) {{
         {keep}
         }}
         __syncthreads();  // this step's buffer is read by all before the step after next overwrites it
     }}
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {{
-            const int64_t row = row0 + (i / 4) * 64 + ty * 4 + i % 4, col = col0 + (j / 4) * 64 + tx * 4 + j % 4;
-            if (row < {m}LL && col < {n}LL) {{ {store} }}
-        }}
+{epilogue}
 }}
 
 extern "C" void {name}({launcher}) {{
@@ -983,6 +995,70 @@ extern "C" void {name}({launcher}) {{
     {name}_kernel<<<grid, 256, 0, stream>>>({args});
 }}
 """
+
+
+def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str, str]:
+    """``_pipelined``'s accumulators, K step and epilogue on TF32 tensor cores (WMMA, sm_80 and later) at float32
+    accuracy: each operand is split into a TF32 value and the TF32 value of its remainder (big + small carry 21 of
+    float32's 24 significand bits) and a product is big*big + big*small + small*big, the term dropped being 2^-22 of
+    it (NVIDIA's 3xTF32, as CUTLASS's fast accurate fp32 GEMMs). Three tensor-core products still outrun one FMA
+    product several times over, and a single TF32 product (about 5e-4 relative) would fail float32 tolerances.
+    Each of the 8 warps computes 64x32 of the tile as 4x2 fragments of 16x16; the small terms accumulate first.
+    WMMA's fragment layout is opaque: outputs go out through a 16x16 staging tile a warp, so the store sees
+    (row, col) as the other kernels' stores do."""
+    accumulators = """using namespace nvcuda;
+    __shared__ __align__(32) float staged[8][16 * 20];  // a warp's fragment, rows padded against bank conflicts
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);"""
+    steps = """#pragma unroll
+        for (int kk = 0; kk < 16; kk += 8) {
+            // A is K-major in shared memory: a column-major fragment; B row-major.
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a_big, a_small;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_big[2], b_small[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                wmma::load_matrix_sync(b_big[j], &bs[cur][kk][wn * 32 + j * 16], 132);
+#pragma unroll
+                for (int t = 0; t < b_big[j].num_elements; ++t) {
+                    const float v = b_big[j].x[t], big = wmma::__float_to_tf32(v);
+                    b_big[j].x[t] = big;
+                    b_small[j].x[t] = wmma::__float_to_tf32(v - big);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {  // a row of fragments at a time: fewer registers live
+                wmma::load_matrix_sync(a_big, &as[cur][kk][wm * 64 + i * 16], 132);
+#pragma unroll
+                for (int t = 0; t < a_big.num_elements; ++t) {
+                    const float v = a_big.x[t], big = wmma::__float_to_tf32(v);
+                    a_big.x[t] = big;
+                    a_small.x[t] = wmma::__float_to_tf32(v - big);
+                }
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    wmma::mma_sync(acc[i][j], a_small, b_big[j], acc[i][j]);
+                    wmma::mma_sync(acc[i][j], a_big, b_small[j], acc[i][j]);
+                    wmma::mma_sync(acc[i][j], a_big, b_big[j], acc[i][j]);
+                }
+            }
+        }"""
+    epilogue = f"""#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {{
+            wmma::store_matrix_sync(staged[warp], acc[i][j], 20, wmma::mem_row_major);
+            __syncwarp();
+            for (int e = lane; e < 256; e += 32) {{
+                const int64_t row = row0 + wm * 64 + i * 16 + e / 16, col = col0 + wn * 32 + j * 16 + e % 16;
+                if (row < {m}LL && col < {n}LL) {{ {store("staged[warp][e / 16 * 20 + e % 16]")} }}
+            }}
+            __syncwarp();  // read before the next fragment is staged
+        }}"""
+    return accumulators, steps, epilogue
 
 
 def _cuda_gemm_wmma(g: GemmKernel) -> str:
@@ -1239,7 +1315,7 @@ def _digits(names: list[str], sizes: tuple[int, ...], index: str, ctype: str = "
     return lines[::-1]
 
 
-def _cuda_conv_implicit(k: ConvKernel) -> str:
+def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     """Our convolution as a product on the pipelined tile kernel (implicit GEMM): per group, the weights (output
     channels x input channels and taps) times the input gathered at each output position's taps (its columns: the
     positions of every image, so a warp stores neighbouring positions), zero where a tap falls in the padding or,
@@ -1280,7 +1356,6 @@ def _cuda_conv_implicit(k: ConvKernel) -> str:
         w_at = f"(batch * {cout_g}LL + row) * {depth}LL + k"
     weights = [f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
     y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
-    store = stored(k.node, f"{k.out}[{y_at}]", "acc[i][j]")
     return _pipelined(
         k.name,
         k.describe(),
@@ -1289,7 +1364,8 @@ def _cuda_conv_implicit(k: ConvKernel) -> str:
         setup,
         (weights, True),
         (gather, True),
-        store,
+        lambda value: stored(k.node, f"{k.out}[{y_at}]", value),
+        tensor_cores,
     )
 
 
@@ -1401,14 +1477,16 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             dnn = True
             parts.append(_cudnn_conv(k, variant))
         elif isinstance(k, ConvKernel) and device == "cuda":
-            parts.append(_cuda_conv_implicit(k) if variant.conv == "implicit" else _cuda_conv(k, variant))
+            implicit = variant.conv == "implicit"
+            parts.append(_cuda_conv_implicit(k, variant.gemm == "tf32x3") if implicit else _cuda_conv(k, variant))
         elif isinstance(k, ConvKernel):
             parts.append(_cpu_conv(k, variant))
         elif isinstance(k, GemmKernel) and device == "cuda":
             vendor = _cublas_gemm(k, variant.gemm == "cublas_tf32") if variant.gemm.startswith("cublas") else None
             blas = blas or vendor is not None
             wmma = variant.gemm == "wmma" and k.node.dtype in HALF_TYPES
-            own = _cuda_gemm_pipelined(k) if variant.gemm == "pipelined" else _cuda_gemm(k, variant)
+            pipelined = variant.gemm in ("pipelined", "tf32x3")
+            own = _cuda_gemm_pipelined(k, variant.gemm == "tf32x3") if pipelined else _cuda_gemm(k, variant)
             parts.append(vendor or (_cuda_gemm_wmma(k) if wmma else own))
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))

@@ -3,7 +3,10 @@
 // warp's 32 lanes. Blocks run one after another (a function's statics are then its block's shared memory). A row
 // kernel's launch runs at most two blocks: the kernels stride over their rows by the grid, so two blocks still
 // cover every row and interleave them; a launch over a dim3 grid (a block per tile) runs every block. A shuffle
-// some lanes of a warp skip deadlocks here as it misbehaves on a GPU.
+// some lanes of a warp skip deadlocks here as it misbehaves on a GPU. WMMA fragments hold their elements in an
+// order of our own (CUDA's is opaque too): code that depends on CUDA's order fails here, as it should; an mma
+// reads the whole warp's fragments, and a TF32 product rounds its operands to TF32 as tensor cores do, so code
+// that meant float32 accuracy and multiplied in TF32 fails here too.
 #pragma once
 #include <algorithm>
 #include <barrier>
@@ -12,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 using namespace std;  // exp, fmax, ... resolve to the float overloads, as in CUDA device code
@@ -79,6 +83,101 @@ template <typename T>
 auto __shfl_sync(unsigned, T v, int source_lane) -> decltype(+v) {
     return emu_exchange(+v, source_lane);
 }
+
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_warps[threadIdx.x >> 5]->arrived.arrive_and_wait(); }
+
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision {
+struct tf32 {};
+}
+enum layout_t { mem_row_major, mem_col_major };
+
+// TF32 (cvt.rna.tf32.f32): 10 significand bits, rounded to nearest, ties away from zero.
+inline float __float_to_tf32(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & ~0x1fffu;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+// What a tensor core reads of a TF32 operand: its 10 high significand bits.
+inline float emu_tf32_operand(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bits &= ~0x1fffu;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+
+template <typename Use, int M, int N, int K>
+constexpr int emu_rows = std::is_same_v<Use, matrix_b> ? K : M;
+template <typename Use, int M, int N, int K>
+constexpr int emu_cols = std::is_same_v<Use, matrix_a> ? K : N;
+
+// Lane l holds the elements l, l + 32, ... of the fragment's matrix in row-major order.
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+    static constexpr int rows = emu_rows<Use, M, N, K>, cols = emu_cols<Use, M, N, K>;
+    static constexpr int num_elements = rows * cols / 32;
+    float x[num_elements];
+};
+
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, float v) {
+    for (int t = 0; t < f.num_elements; ++t) f.x[t] = v;
+}
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const float* p, unsigned ldm) {
+    for (int t = 0; t < f.num_elements; ++t) {
+        const int e = (int)(threadIdx.x & 31) + 32 * t, r = e / f.cols, c = e % f.cols;
+        f.x[t] = std::is_same_v<Layout, row_major> ? p[r * ldm + c] : p[c * ldm + r];
+    }
+    __syncwarp();  // collective, as on the GPU
+}
+template <int M, int N, int K, typename T>
+void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t layout) {
+    __syncwarp();
+    for (int t = 0; t < f.num_elements; ++t) {
+        const int e = (int)(threadIdx.x & 31) + 32 * t, r = e / N, c = e % N;
+        (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[t];
+    }
+    __syncwarp();
+}
+
+struct EmuMmaOperands {
+    const float* a[32];
+    const float* b[32];
+};
+inline std::vector<EmuMmaOperands> emu_mma(64);
+
+template <int M, int N, int K, typename T, typename LA, typename LB>
+void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
+              const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    emu_mma[warp].a[lane] = a.x;
+    emu_mma[warp].b[lane] = b.x;
+    __syncwarp();
+    // element e of a fragment: lane e % 32, slot e / 32
+    auto at = [&](const float* const* lanes, int e) {
+        const float v = lanes[e % 32][e / 32];
+        return std::is_same_v<T, precision::tf32> ? emu_tf32_operand(v) : v;
+    };
+    float out[fragment<accumulator, M, N, K, float>::num_elements];
+    for (int t = 0; t < d.num_elements; ++t) {
+        const int e = (int)lane + 32 * t, r = e / N, col = e % N;
+        float sum = c.x[t];
+        for (int k = 0; k < K; ++k) sum += at(emu_mma[warp].a, r * K + k) * at(emu_mma[warp].b, k * N + col);
+        out[t] = sum;
+    }
+    __syncwarp();  // every lane has read the operands before any changes them
+    for (int t = 0; t < d.num_elements; ++t) d.x[t] = out[t];
+}
+}  // namespace nvcuda::wmma
 
 template <typename K, typename... A>
 void emu_block_run(K kernel, EmuDim block_index, unsigned block, A... args) {

@@ -24,7 +24,7 @@ _LAUNCH = re.compile(r"(\w+)<<<(.+?), (\d+), (\w+), stream>>>\((.*?)\);")
 def emulated_cuda(source: str) -> str:
     """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory a
     static buffer."""
-    source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"')
+    source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace("#include <mma.h>", "")
     source = source.replace(
         "extern __shared__ __align__(16) unsigned char row_smem[];", "unsigned char* row_smem = emu_dynamic_smem;"
     )

@@ -122,6 +122,8 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         (problems.SOFTMAX_CUMSUM, "rows=warp", "warp_exclusive_scan<float>"),
         (problems.BMM_TRANSPOSED, "gemm=pipelined", "float as[2][16][132]"),
         (problems.OWN_CONV, "conv=implicit", "x_group["),
+        (problems.BMM_TRANSPOSED, "gemm=tf32x3", "wmma::precision::tf32"),
+        (problems.OWN_CONV, "gemm=tf32x3", "wmma::precision::tf32"),
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
         (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
@@ -134,6 +136,8 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         "warp_scan",
         "pipelined_gemm",
         "implicit_gemm_conv",
+        "tf32x3_gemm",
+        "tf32x3_conv",
         "bf16_cudnn_conv",
         "scaled_product",
         "integer_arithmetic",
@@ -143,7 +147,8 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     """The default layouts of column statistics (32 columns a block) and of a scan along contiguous rows (a block
     a row, chunk by chunk, its operand read once into registers where it fits), a warp per short row (its 513
     elements in 17 registers a lane; a scan chunk by chunk as a block's), our pipelined GEMM and convolution, a
-    bfloat16 convolution on cuDNN, a product scaled by its operands' factors and integer arithmetic (which host
+    pipelined GEMM and implicit convolution on TF32 tensor cores (three products each), a bfloat16 convolution on
+    cuDNN, a product scaled by its operands' factors and integer arithmetic (which host
     compilers take where nvcc does not)."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
     assert code in files["kernels/author.cu"]
@@ -200,8 +205,25 @@ def test_tensor_core_variants_only_where_the_tolerance_admits_them() -> None:
     for source in (problems.LINEAR_RELU, problems.CONV_BIAS_RELU):
         exact = [label for label, _ in author_problem(source, "cuda").variants]
         loose = [label for label, _ in author_problem(source, "cuda", tf32=True).variants]
-        assert not any("tf32" in label for label in exact)
-        assert [label for label in loose if "tf32" in label] == [loose[-1]]  # one variant, tried last
+        assert not any(_single_tf32(label) for label in exact)
+        assert [label for label in loose if _single_tf32(label)] == [loose[-1]]  # one variant, tried last
+
+
+def _single_tf32(label: str) -> bool:
+    """A variant multiplying float32 operands in TF32 once (the vendor libraries' tensor-core mode)."""
+    return bool({"gemm=cublas_tf32", "conv=tf32"} & set(label.split()))
+
+
+def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> None:
+    """3xTF32 keeps float32's accuracy (the emulated tests hold it to the float32 tolerance, single TF32 fails
+    them): a float32 product or convolution tries it second after the vendor library, or first where our kernels
+    run alone; a 16-bit product has tensor cores already (WMMA) and no use for it."""
+    for source in (problems.LINEAR_RELU, problems.CONV_BIAS_RELU):
+        labels = [label.split() for label, _ in author_problem(source, "cuda").variants]
+        assert "gemm=tf32x3" in labels[1] and ("conv=implicit" in labels[1]) is (source is problems.CONV_BIAS_RELU)
+    assert "gemm=tf32x3" in author_problem(problems.BMM_TRANSPOSED, "cuda").variants[0][0].split()
+    assert {"gemm=tf32x3", "conv=implicit"} <= set(author_problem(problems.OWN_CONV, "cuda").variants[0][0].split())
+    assert not any("gemm=tf32x3" in label for label, _ in author_problem(problems.BF16_GEMM_ODD, "cuda").variants)
 
 
 @pytest.mark.gpu
