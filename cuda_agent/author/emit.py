@@ -8,10 +8,11 @@ neighbouring columns, the warps split the rows' length), or one thread per row (
 read one another share a pass over the row. Elementwise kernels are grid-stride
 loops that move 16 bytes per access (float4) for operands read at the kernel's own index, when the launcher finds
 every such pointer 16-byte aligned. Products go to cuBLAS (GemmEx) or to our own kernels: register-blocked tiles,
-and WMMA tensor-core tiles for 16-bit operands. bfloat16 and float16 are stored as such and computed in float (as
-ATen's kernels and inductor's do), converted on load and store. Every launcher is ``extern "C"`` with tensor
-pointers only (the candidate contract); shapes are compile-time constants of the captured problem, checked by
-model_new.py before any launch.
+WMMA tensor-core tiles for 16-bit operands, and for float32 ones three TF32 tensor-core products at float32's
+accuracy (3xTF32); our convolutions are the same tile kernel over gathered operands (implicit GEMM) or direct.
+bfloat16 and float16 are stored as such and computed in float (as ATen's kernels and inductor's do), converted on
+load and store. Every launcher is ``extern "C"`` with tensor pointers only (the candidate contract); shapes are
+compile-time constants of the captured problem, checked by model_new.py before any launch.
 """
 
 from __future__ import annotations

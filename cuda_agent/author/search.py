@@ -38,12 +38,11 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     gemms = [k for k in plan.kernels if isinstance(k, GemmKernel)]
     own_only = not rows
     convs = [k for k in plan.kernels if isinstance(k, ConvKernel)]
-    # Ours: on tensor cores, for 16-bit products as they are, for float32 ones as three TF32 products (float32's
-    # accuracy: see emit._tf32x3_steps); then 128x128 tiles of 8x8 outputs per thread (register-blocked) on the
-    # FMA units, pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread.
+    # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
+    # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread. Float32 products
+    # also run as three TF32 tensor-core products (float32's accuracy: emit._tf32x3_steps), second (below).
     ours = [Variant(gemm="wmma", tile=128, micro=8)] if any(k.node.dtype in HALF_TYPES for k in gemms) else []
     fp32 = any(k.node.dtype == "float32" for k in gemms) or any(k.node.dtype == "float32" for k in convs)
-    ours += [Variant(gemm="tf32x3", tile=128, micro=8)] * fp32
     ours += [Variant(gemm="pipelined", tile=128, micro=8)]
     ours += [Variant(gemm="tiled", tile=t, micro=r) for t, r in ((128, 8), (32, 1), (16, 1))]
     # Our convolutions: as a product on the pipelined tile kernel (implicit GEMM), or a thread per output position
@@ -59,8 +58,6 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     out = [base]
     if has_conv:
         out.append(replace(base, conv=own_conv[1] if own_only else own_conv[0]))
-    if has_conv and fp32:  # our implicit convolution on the FMA units too
-        out.append(replace(base, gemm="pipelined", conv="implicit"))
     if rows or has_conv:
         sized = replace(base, conv="direct") if own_only and has_conv else base
         out += [replace(sized, block=b) for b in (512, 128, 1024)]
@@ -86,8 +83,8 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
         out.append(replace(base, rows="thread"))
     if gemms:
         out += [replace(base, gemm=v.gemm, tile=v.tile, micro=v.micro) for v in ours]
-    if fp32 and not own_only:  # early: products large enough to matter run faster on tensor cores than in cuBLAS
-        # or cuDNN restricted to float32's FMA units
+    if fp32:  # second: large products run faster on tensor cores than on the FMA units (cuBLAS's float32 GEMMs,
+        # cuDNN restricted to FMA kernels, ours); not first, as a first variant found wrong ends the search
         out.insert(1, replace(base, gemm="tf32x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
     if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
         # TF32 is a way to multiply float32 operands: 16-bit products are on tensor cores already.

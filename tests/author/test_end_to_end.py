@@ -216,13 +216,14 @@ def _single_tf32(label: str) -> bool:
 
 def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> None:
     """3xTF32 keeps float32's accuracy (the emulated tests hold it to the float32 tolerance, single TF32 fails
-    them): a float32 product or convolution tries it second after the vendor library, or first where our kernels
-    run alone; a 16-bit product has tensor cores already (WMMA) and no use for it."""
-    for source in (problems.LINEAR_RELU, problems.CONV_BIAS_RELU):
-        labels = [label.split() for label, _ in author_problem(source, "cuda").variants]
-        assert "gemm=tf32x3" in labels[1] and ("conv=implicit" in labels[1]) is (source is problems.CONV_BIAS_RELU)
-    assert "gemm=tf32x3" in author_problem(problems.BMM_TRANSPOSED, "cuda").variants[0][0].split()
-    assert {"gemm=tf32x3", "conv=implicit"} <= set(author_problem(problems.OWN_CONV, "cuda").variants[0][0].split())
+    them): a float32 product or convolution tries it second, after the vendor library or, where our kernels run
+    alone, after ours on the FMA units (a first variant found wrong ends the search); a 16-bit product has tensor
+    cores already (WMMA) and no use for it."""
+    for source in (problems.LINEAR_RELU, problems.CONV_BIAS_RELU, problems.BMM_TRANSPOSED, problems.OWN_CONV):
+        labels = [set(label.split()) for label, _ in author_problem(source, "cuda").variants]
+        assert "gemm=tf32x3" in labels[1] and "gemm=tf32x3" not in labels[0]
+    for source in (problems.CONV_BIAS_RELU, problems.OWN_CONV):  # our convolution, as that product
+        assert {"gemm=tf32x3", "conv=implicit"} <= set(author_problem(source, "cuda").variants[1][0].split())
     assert not any("gemm=tf32x3" in label for label, _ in author_problem(problems.BF16_GEMM_ODD, "cuda").variants)
 
 
