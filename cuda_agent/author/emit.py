@@ -933,8 +933,12 @@ def _pipelined(
             bs[next][{b_at[0]}][{b_at[1]}] = rb[l];
         }}"""
     setup_lines = "\n".join("    " + line for line in setup)
+    # Rows of 132 floats: a quarter warp's 16-byte reads of a row are free of bank conflicts at any pitch, and the
+    # transposing stores conflict at most 2 ways. Tensor-core fragments read a column of k a lane group: at 136
+    # (8 banks a row) the 4 k and 8 m of a load land in 32 distinct banks (2-way conflicts at 132).
+    pitch = 136 if tensor_cores else 132
     if tensor_cores:
-        accumulators, steps, epilogue = _tf32x3_steps(m, n, store)
+        accumulators, steps, epilogue = _tf32x3_steps(m, n, pitch, store)
     else:
         accumulators = "float acc[8][8] = {};"
         steps = """#pragma unroll
@@ -960,10 +964,10 @@ def _pipelined(
     return f"""{"#include <mma.h>" if tensor_cores else ""}
 // {what}; 128x128 tiles of C, K steps of 16, the next step loaded while this one is computed.
 __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
-    // K-major (A transposed), rows padded by 4 floats: 16-byte aligned for the wide reads, and the transposing
-    // stores of a warp spread over the banks; 32-byte aligned, as the origins of tensor-core fragments must be.
-    __shared__ __align__(32) float as[2][16][132];
-    __shared__ __align__(32) float bs[2][16][132];
+    // K-major (A transposed), rows padded: 16-byte aligned for the wide reads, and the transposing stores of a
+    // warp spread over the banks; 32-byte aligned, as the origins of tensor-core fragments must be.
+    __shared__ __align__(32) float as[2][16][{pitch}];
+    __shared__ __align__(32) float bs[2][16][{pitch}];
     const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 {setup_lines}
@@ -998,7 +1002,7 @@ extern "C" void {name}({launcher}) {{
 """
 
 
-def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str, str]:
+def _tf32x3_steps(m: int, n: int, pitch: int, store: Callable[[str], str]) -> tuple[str, str, str]:
     """``_pipelined``'s accumulators, K step and epilogue on TF32 tensor cores (WMMA, sm_80 and later) at float32
     accuracy: each operand is split into a TF32 value and the TF32 value of its remainder (big + small carry 21 of
     float32's 24 significand bits) and a product is big*big + big*small + small*big, the term dropped being 2^-22 of
@@ -1015,38 +1019,38 @@ def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);"""
-    steps = """#pragma unroll
-        for (int kk = 0; kk < 16; kk += 8) {
+    steps = f"""#pragma unroll
+        for (int kk = 0; kk < 16; kk += 8) {{
             // A is K-major in shared memory: a column-major fragment; B row-major.
             wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a_big, a_small;
             wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_big[2], b_small[2];
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                wmma::load_matrix_sync(b_big[j], &bs[cur][kk][wn * 32 + j * 16], 132);
+            for (int j = 0; j < 2; ++j) {{
+                wmma::load_matrix_sync(b_big[j], &bs[cur][kk][wn * 32 + j * 16], {pitch});
 #pragma unroll
-                for (int t = 0; t < b_big[j].num_elements; ++t) {
+                for (int t = 0; t < b_big[j].num_elements; ++t) {{
                     const float v = b_big[j].x[t], big = wmma::__float_to_tf32(v);
                     b_big[j].x[t] = big;
                     b_small[j].x[t] = wmma::__float_to_tf32(v - big);
-                }
-            }
+                }}
+            }}
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {  // a row of fragments at a time: fewer registers live
-                wmma::load_matrix_sync(a_big, &as[cur][kk][wm * 64 + i * 16], 132);
+            for (int i = 0; i < 4; ++i) {{  // a row of fragments at a time: fewer registers live
+                wmma::load_matrix_sync(a_big, &as[cur][kk][wm * 64 + i * 16], {pitch});
 #pragma unroll
-                for (int t = 0; t < a_big.num_elements; ++t) {
+                for (int t = 0; t < a_big.num_elements; ++t) {{
                     const float v = a_big.x[t], big = wmma::__float_to_tf32(v);
                     a_big.x[t] = big;
                     a_small.x[t] = wmma::__float_to_tf32(v - big);
-                }
+                }}
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
+                for (int j = 0; j < 2; ++j) {{
                     wmma::mma_sync(acc[i][j], a_small, b_big[j], acc[i][j]);
                     wmma::mma_sync(acc[i][j], a_big, b_small[j], acc[i][j]);
                     wmma::mma_sync(acc[i][j], a_big, b_big[j], acc[i][j]);
-                }
-            }
-        }"""
+                }}
+            }}
+        }}"""
     epilogue = f"""#pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
