@@ -1008,7 +1008,8 @@ def _tf32x3_steps(m: int, n: int, pitch: int, store: Callable[[str], str]) -> tu
     float32's 24 significand bits) and a product is big*big + big*small + small*big, the term dropped being 2^-22 of
     it (NVIDIA's 3xTF32, as CUTLASS's fast accurate fp32 GEMMs). Three tensor-core products still outrun one FMA
     product several times over, and a single TF32 product (about 5e-4 relative) would fail float32 tolerances.
-    Each of the 8 warps computes 64x32 of the tile as 4x2 fragments of 16x16; the small terms accumulate first.
+    Each of the 8 warps computes 64x32 of the tile as 4x2 fragments of 16x16; a K step's products are summed on
+    tensor cores from zero (the small terms first) and added to the float32 sums on the FMA units.
     WMMA's fragment layout is opaque: outputs go out through a 16x16 staging tile a warp, so the store sees
     (row, col) as the other kernels' stores do."""
     accumulators = """using namespace nvcuda;
@@ -1019,36 +1020,51 @@ def _tf32x3_steps(m: int, n: int, pitch: int, store: Callable[[str], str]) -> tu
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);"""
-    steps = f"""#pragma unroll
-        for (int kk = 0; kk < 16; kk += 8) {{
-            // A is K-major in shared memory: a column-major fragment; B row-major.
+    steps = f"""        {{
+            // A is K-major in shared memory: column-major fragments; B row-major. B's fragments of the step (both
+            // halves of K) are split once and held; A's a row of fragments at a time (fewer registers live).
             wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a_big, a_small;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_big[2], b_small[2];
+            using BFragment = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+            BFragment b_big[2][2], b_small[2][2];
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {{
-                wmma::load_matrix_sync(b_big[j], &bs[cur][kk][wn * 32 + j * 16], {pitch});
-#pragma unroll
-                for (int t = 0; t < b_big[j].num_elements; ++t) {{
-                    const float v = b_big[j].x[t], big = wmma::__float_to_tf32(v);
-                    b_big[j].x[t] = big;
-                    b_small[j].x[t] = wmma::__float_to_tf32(v - big);
-                }}
-            }}
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {{  // a row of fragments at a time: fewer registers live
-                wmma::load_matrix_sync(a_big, &as[cur][kk][wm * 64 + i * 16], {pitch});
-#pragma unroll
-                for (int t = 0; t < a_big.num_elements; ++t) {{
-                    const float v = a_big.x[t], big = wmma::__float_to_tf32(v);
-                    a_big.x[t] = big;
-                    a_small.x[t] = wmma::__float_to_tf32(v - big);
-                }}
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {{
-                    wmma::mma_sync(acc[i][j], a_small, b_big[j], acc[i][j]);
-                    wmma::mma_sync(acc[i][j], a_big, b_small[j], acc[i][j]);
-                    wmma::mma_sync(acc[i][j], a_big, b_big[j], acc[i][j]);
+                    wmma::load_matrix_sync(b_big[h][j], &bs[cur][h * 8][wn * 32 + j * 16], {pitch});
+#pragma unroll
+                    for (int t = 0; t < b_big[h][j].num_elements; ++t) {{
+                        const float v = b_big[h][j].x[t], big = wmma::__float_to_tf32(v);
+                        b_big[h][j].x[t] = big;
+                        b_small[h][j].x[t] = wmma::__float_to_tf32(v - big);
+                    }}
                 }}
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {{
+                wmma::fragment<wmma::accumulator, 16, 16, 8, float> part[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) wmma::fill_fragment(part[j], 0.0f);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {{
+                    wmma::load_matrix_sync(a_big, &as[cur][h * 8][wm * 64 + i * 16], {pitch});
+#pragma unroll
+                    for (int t = 0; t < a_big.num_elements; ++t) {{
+                        const float v = a_big.x[t], big = wmma::__float_to_tf32(v);
+                        a_big.x[t] = big;
+                        a_small.x[t] = wmma::__float_to_tf32(v - big);
+                    }}
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {{
+                        wmma::mma_sync(part[j], a_small, b_big[h][j], part[j]);
+                        wmma::mma_sync(part[j], a_big, b_small[h][j], part[j]);
+                        wmma::mma_sync(part[j], a_big, b_big[h][j], part[j]);
+                    }}
+                }}
+                // The step's 16 products join the sum here, rounded to nearest: a tensor core rounds its sums
+                // toward zero, which over thousands of MMAs into one accumulator drifts past float32 tolerances.
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+#pragma unroll
+                    for (int t = 0; t < part[j].num_elements; ++t) acc[i][j].x[t] += part[j].x[t];
             }}
         }}"""
     epilogue = f"""#pragma unroll

@@ -5,8 +5,9 @@
 // cover every row and interleave them; a launch over a dim3 grid (a block per tile) runs every block. A shuffle
 // some lanes of a warp skip deadlocks here as it misbehaves on a GPU. WMMA fragments hold their elements in an
 // order of our own (CUDA's is opaque too): code that depends on CUDA's order fails here, as it should; an mma
-// reads the whole warp's fragments, and a TF32 product rounds its operands to TF32 as tensor cores do, so code
-// that meant float32 accuracy and multiplied in TF32 fails here too.
+// reads the whole warp's fragments, and a TF32 product rounds its operands to TF32 and its sum toward zero as tensor
+// cores do, so code that meant float32 accuracy and multiplied in TF32, or carried a sum through many MMAs, fails
+// here too.
 #pragma once
 #include <algorithm>
 #include <barrier>
@@ -114,6 +115,13 @@ inline float emu_tf32_operand(float v) {
     return v;
 }
 
+// A tensor core's sum of products and accumulator, rounded toward zero (Fasi et al., "Numerical behavior of NVIDIA
+// tensor cores", 2021): an accumulator carried through thousands of MMAs drifts toward zero by up to an ulp each.
+inline float emu_toward_zero(double v) {
+    const float f = (float)v;  // nearest
+    return std::fabs((double)f) > std::fabs(v) ? std::nextafter(f, 0.0f) : f;
+}
+
 template <typename Use, int M, int N, int K>
 constexpr int emu_rows = std::is_same_v<Use, matrix_b> ? K : M;
 template <typename Use, int M, int N, int K>
@@ -170,9 +178,9 @@ void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a,
     float out[fragment<accumulator, M, N, K, float>::num_elements];
     for (int t = 0; t < d.num_elements; ++t) {
         const int e = (int)lane + 32 * t, r = e / N, col = e % N;
-        float sum = c.x[t];
-        for (int k = 0; k < K; ++k) sum += at(emu_mma[warp].a, r * K + k) * at(emu_mma[warp].b, k * N + col);
-        out[t] = sum;
+        double sum = c.x[t];
+        for (int k = 0; k < K; ++k) sum += (double)at(emu_mma[warp].a, r * K + k) * at(emu_mma[warp].b, k * N + col);
+        out[t] = emu_toward_zero(sum);
     }
     __syncwarp();  // every lane has read the operands before any changes them
     for (int t = 0; t < d.num_elements; ++t) d.x[t] = out[t];

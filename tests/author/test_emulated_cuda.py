@@ -85,6 +85,8 @@ GEMMS = {
     # the numbers the operands are scaled by, applied to the product's sums instead
     "scaled_operands": ("        return (a * 0.5) @ (b / 4.0)", "[torch.randn(40, 30), torch.randn(30, 20)]", "a, b"),
     "batched": ("        return torch.bmm(a, b)", "[torch.randn(2, 20, 17), torch.randn(2, 17, 140)]", "a, b"),
+    # sums over a long K (tensor cores round each MMA's sum toward zero: carried through 3 x 1024 MMAs, it drifts)
+    "long_k": ("        return a @ b", "[torch.randn(8, 8192), torch.randn(8192, 12)]", "a, b"),
 }
 
 
