@@ -1013,7 +1013,7 @@ def _tf32x3_steps(m: int, n: int, pitch: int, store: Callable[[str], str]) -> tu
     WMMA's fragment layout is opaque: outputs go out through a 16x16 staging tile a warp, so the store sees
     (row, col) as the other kernels' stores do."""
     accumulators = """using namespace nvcuda;
-    __shared__ __align__(32) float staged[8][16 * 20];  // a warp's fragment, rows padded against bank conflicts
+    __shared__ __align__(32) float staged[8][16 * 20];  // a warp's fragment (WMMA strides: 4-float multiples)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
     wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[4][2];
 #pragma unroll
@@ -1493,21 +1493,22 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
     if any(n.dtype in HALF_TYPES for n in plan.graph.nodes):
         parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)
     blas = dnn = False
+    tensor_cores = variant.gemm == "tf32x3"  # our float32 products (GEMMs, implicit convolutions) as 3xTF32
     for k in plan.kernels:
         if isinstance(k, ConvKernel) and device == "cuda" and variant.conv not in ("direct", "implicit"):
             dnn = True
             parts.append(_cudnn_conv(k, variant))
         elif isinstance(k, ConvKernel) and device == "cuda":
             implicit = variant.conv == "implicit"
-            parts.append(_cuda_conv_implicit(k, variant.gemm == "tf32x3") if implicit else _cuda_conv(k, variant))
+            parts.append(_cuda_conv_implicit(k, tensor_cores) if implicit else _cuda_conv(k, variant))
         elif isinstance(k, ConvKernel):
             parts.append(_cpu_conv(k, variant))
         elif isinstance(k, GemmKernel) and device == "cuda":
             vendor = _cublas_gemm(k, variant.gemm == "cublas_tf32") if variant.gemm.startswith("cublas") else None
             blas = blas or vendor is not None
             wmma = variant.gemm == "wmma" and k.node.dtype in HALF_TYPES
-            pipelined = variant.gemm in ("pipelined", "tf32x3")
-            own = _cuda_gemm_pipelined(k, variant.gemm == "tf32x3") if pipelined else _cuda_gemm(k, variant)
+            pipelined = variant.gemm == "pipelined" or tensor_cores
+            own = _cuda_gemm_pipelined(k, tensor_cores) if pipelined else _cuda_gemm(k, variant)
             parts.append(vendor or (_cuda_gemm_wmma(k) if wmma else own))
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))

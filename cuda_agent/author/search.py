@@ -36,8 +36,8 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # calls): a plan of contractions and convolutions alone runs on our own GEMM and convolution kernels.
     rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
     gemms = [k for k in plan.kernels if isinstance(k, GemmKernel)]
-    own_only = not rows
     convs = [k for k in plan.kernels if isinstance(k, ConvKernel)]
+    own_only, has_conv = not rows, bool(convs)
     # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
     # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread. Float32 products
     # also run as three TF32 tensor-core products (float32's accuracy: emit._tf32x3_steps), second (below).
@@ -48,7 +48,6 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # Our convolutions: as a product on the pipelined tile kernel (implicit GEMM), or a thread per output position
     # and tile of channels (direct), first where a group's output channels or its depth are too few for the
     # product's 128x128 tiles (depthwise convolutions).
-    has_conv = bool(convs)
     shallow = any(_shallow(k) for k in convs)
     own_conv = ["direct", "implicit"] if shallow else ["implicit", "direct"]
     base = replace(ours[0], conv=own_conv[0]) if own_only else Variant()
