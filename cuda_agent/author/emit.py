@@ -340,7 +340,7 @@ def _smem_layout(kernel: RowKernel, buffers: frozenset[str]) -> tuple[dict[str, 
 
 
 _CONST = re.compile(r"^const [\w:]+ (?P<name>\w+) = (?P<expr>.*);$")
-_WORD = re.compile(r"\b\w+\b")
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")  # names (a number is none)
 
 
 def _declare_once(lines: list[str], more: list[str]) -> None:
@@ -349,27 +349,49 @@ def _declare_once(lines: list[str], more: list[str]) -> None:
     lines += [stmt for stmt in more if not (_CONST.match(stmt) and stmt in lines)]
 
 
+_QUOTIENT = re.compile(r"^const (?P<t>float|double) (?P<name>\w+) = \(\((?P<num>\w+)\) / \((?P<den>[A-Za-z_]\w*)\)\);$")
+_LOOP_VAR = re.compile(r"\b(?:int|int64_t) (\w+) =")
+
+
 def _loop(loop: str, body: list[str]) -> list[str]:
     """``loop`` over ``body``, with the statements that do not vary along the loop (per-row values such as
-    rsqrt(var + eps)) hoisted before it: host compilers keep libm calls in the loop (errno)."""
+    rsqrt(var + eps)) hoisted before it: host compilers keep libm calls in the loop (errno). A quotient by such a
+    value (a softmax's sum, a norm's std) becomes a product with its reciprocal, hoisted too: a multiply per element
+    instead of an IEEE division (a dozen instructions with a range check and a slow path), within 1.5 ulp of the
+    quotient, as ATen divides by a scalar."""
     # Names a non-const statement touches (accumulators, pooling windows) vary, wherever they stand in the body.
-    variant = {"r", "k"}.union(*(_WORD.findall(b) for b in body if not _CONST.match(b)))
-    hoisted, kept = [], []
+    # Type names (a declaration's, a cast's) are not values.
+    variant = {"r", "k", *_LOOP_VAR.findall(loop)}.union(*(_WORD.findall(b) for b in body if not _CONST.match(b)))
+    variant -= {"float", "double", "int", "int64_t", "int32_t", "bool", "const"}
+    hoisted: list[str] = []
+    kept: list[str] = []
     for stmt in body:
         match = _CONST.match(stmt)
         if match and not variant.intersection(_WORD.findall(match["expr"])):
             hoisted.append(stmt)
             continue
+        quotient = _QUOTIENT.match(stmt)
+        if quotient and quotient["den"] not in variant:
+            t, den = quotient["t"], quotient["den"]
+            _declare_once(hoisted, [f"const {t} inv_{den} = ({t})1 / {den};"])
+            stmt = f"const {t} {quotient['name']} = (({quotient['num']}) * inv_{den});"
         kept.append(stmt)
         if match:
             variant.add(match["name"])
     return [*hoisted, loop + " {", *("    " + b for b in kept), "}"]
 
 
-def _compensated(op: str, ctype: str) -> bool:
-    """Whether a running sum is compensated (``_kahan``): a double's rounding, n * 1e-16 even when serial, stays far
-    below any tolerance (a float row's statistics accumulated in double, a float64 problem's sums)."""
-    return op == "sum" and ctype != "double"
+# A thread's running sum of at most this many terms goes uncompensated: its rounding, at most n * 2^-24 of the
+# terms' magnitudes (4e-6 at 64), stays far below the tightest float tolerance (1e-4), and the threads' partial
+# sums are combined pairwise. Four additions a term instead of one are what a warp's row of 32 items would pay.
+SHORT_SUM = 64
+
+
+def _compensated(op: str, ctype: str, terms: int | None = None) -> bool:
+    """Whether a running sum of ``terms`` values (None: as many as the row's length, unknown here) is compensated
+    (``_kahan``): a double's rounding, n * 1e-16 even when serial, stays far below any tolerance (a float row's
+    statistics accumulated in double, a float64 problem's sums); so does a short float sum's (``SHORT_SUM``)."""
+    return op == "sum" and ctype != "double" and (terms is None or terms > SHORT_SUM)
 
 
 def _kahan(acc: str, comp: str, value: str, ctype: str) -> list[str]:
@@ -432,12 +454,19 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     # live in registers.
     grouped = kernel.scan is not None and layout in ("block", "warp")
     in_registers = bool(buffers) and cache == "regs"
+    # The elements one thread's partial results cover (its running sums' terms).
+    share = -(-kernel.inner // {"thread": 1, "block": block, "warp": 32, "tile": block // 32}[layout])
+    # Every item of every thread in the row (rows a multiple of the threads' items long): no bounds test.
+    exact = items * threads == kernel.inner
+    element = walked
     if grouped or in_registers:
         unroll = "#pragma unroll\n" if in_registers else ""
-        loop = (
-            f"{unroll}for (int k = 0; k < {items}; ++k) "
-            f"if (const int64_t r = {_item(kernel, start, threads)}; r < {kernel.inner}LL)"
-        )
+        loop = f"{unroll}for (int k = 0; k < {items}; ++k)"
+        share = items
+        if exact:
+            element = [f"const int64_t r = {_item(kernel, start, threads)};", *walked]
+        else:
+            loop += f" if (const int64_t r = {_item(kernel, start, threads)}; r < {kernel.inner}LL)"
     if in_registers:
         cached = {b: f"c_{b}[k]" for b in sorted(buffers)}
         # Zeroed: a block scan's last chunk reads the items past the row's end too (and discards them).
@@ -453,7 +482,7 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             lines.append(f"{t}* const s_{b} = reinterpret_cast<{t}*>(row_smem + {offsets[b]});")
     if buffers:
         fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
-        lines += _loop(loop, walked + fill)
+        lines += _loop(loop, element + fill)
     for group in _passes(kernel.reductions):
         if group[0].invariant:
             red = group[0]
@@ -462,7 +491,7 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             folded = {"sum": f"{red.value} * ({t}){kernel.inner}", "prod": f"pow({red.value}, ({t}){kernel.inner})"}
             lines.append(f"const {t} {red.var} = {folded.get(red.node.op, red.value)};")
             continue
-        body = list(walked)
+        body = list(element)
         for red in group:
             identity, combine = reduction(red.node.op, red.node.ctype)
             t = red.node.ctype
@@ -471,7 +500,7 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             # (other statements, such as a pooling window's loop, are the scope's own).
             scope = _scope_body(kernel, red.scope, full_index, cached)
             body += [stmt for stmt in scope if not (_CONST.match(stmt) and stmt in body)]
-            if _compensated(red.node.op, t):
+            if _compensated(red.node.op, t, share):
                 lines.append(f"{t} comp_{red.var} = ({t})0;")
                 body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
             else:
@@ -485,14 +514,14 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             else:
                 lines.append(f"const {t} {red.var} = acc_{red.var};")
     if kernel.scan is not None and layout in ("block", "warp"):
-        lines += _chunked_scan(kernel, walked, full_index, layout, threads, cached if in_registers else {})
+        lines += _chunked_scan(kernel, walked, full_index, layout, threads, cached if in_registers else {}, exact)
     elif kernel.scan is not None and layout == "tile":
         lines += _segment_scan(kernel, walked, full_index, block)
     elif kernel.scan is not None:
         identity = reduction(kernel.scan.op, kernel.scan.ctype)[0]
         lines += _serial_scan(kernel, walked, full_index, loop, "running", f"({kernel.scan.ctype})({identity})", "")
     elif kernel.full_outputs:
-        body = walked + _scope_body(kernel, kernel.out_scope, full_index, cached)
+        body = element + _scope_body(kernel, kernel.out_scope, full_index, cached)
         body += [element_guard + stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs]
         _declare_once(lines, _loop(loop, body))
     _declare_once(lines, _scope_body(kernel, kernel.row_scope, full_index))
@@ -573,14 +602,21 @@ def _segment_scan(kernel: RowKernel, walked: list[str], full_index: str, block: 
 
 
 def _chunked_scan(
-    kernel: RowKernel, walked: list[str], full_index: str, layout: str, threads: int, cached: dict[str, str]
+    kernel: RowKernel,
+    walked: list[str],
+    full_index: str,
+    layout: str,
+    threads: int,
+    cached: dict[str, str],
+    exact: bool,
 ) -> list[str]:
     """A scan along a row a block or a warp (``layout``, its ``threads``) runs, chunk by chunk: a chunk is
     ``SCAN_GROUP`` consecutive elements per thread, the threads' groups side by side (coalesced). Each thread scans
     its group, the group totals are scanned across the threads (exclusive), and the chunks before offset it all.
     Threads past the row's end scan the identity; their coordinates wrap around (``_coords`` takes every one modulo
     its size), so their loads stay in bounds. ``cached``: operands held in registers (item k of a thread's cache is
-    element j of chunk c's group, k = c * SCAN_GROUP + j: ``_item``)."""
+    element j of chunk c's group, k = c * SCAN_GROUP + j: ``_item``); ``exact``: the chunks end with the row (no
+    thread past it)."""
     scan = kernel.scan
     assert scan is not None
     identity, combine = reduction(scan.op, scan.ctype)
@@ -589,7 +625,11 @@ def _chunked_scan(
     first = _LANES[layout][0]
     element = [f"const int k = c * {g} + j;", f"const int64_t r = {_item(kernel, first, threads)};", *walked]
     compute = element + _scope_body(kernel, kernel.out_scope, full_index, cached)
-    compute.append(f"x_scan[j] = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});")
+    compute.append(
+        f"x_scan[j] = ({t})({value});"
+        if exact
+        else f"x_scan[j] = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});"
+    )
     # A sum's carry is compensated (Kahan), as the serial scan's running sum is: it is the term that grows along the
     # row, and its rounding errors outlive the magnitude that made them (a suffix sum back near zero keeps them).
     kahan = _compensated(scan.op, t)
@@ -597,7 +637,8 @@ def _chunked_scan(
     total = combine.format(a="carry", v=f"({prefix} - carry_comp)" if kahan else prefix)
     store = [
         *element,
-        f"if (r < {kernel.inner}LL) " + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", total),
+        ("" if exact else f"if (r < {kernel.inner}LL) ")
+        + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", total),
     ]
     body = [
         f"{t} x_scan[{g}];",
@@ -626,7 +667,7 @@ def _chunked_scan(
 
 
 def _unrolled(loop: str, body: list[str]) -> list[str]:
-    return ["#pragma unroll", loop + " {", *("    " + b for b in body), "}"]
+    return _loop("#pragma unroll\n" + loop, body)
 
 
 def _indent(lines: list[str], n: int) -> str:

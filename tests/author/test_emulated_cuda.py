@@ -40,6 +40,11 @@ SOURCES = {
     "softmax_cumsum": problems.problem(
         "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(5, 1000)]"
     ),
+    # rows a multiple of every thread's items: the loops without bounds tests, a quotient by the row's sum a
+    # product with its reciprocal
+    "softmax_cumsum_exact_rows": problems.problem(
+        "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(3, 2048)]"
+    ),
     # statistics materialized in double by one kernel, read by an elementwise one (float4 where aligned)
     "group_norm": problems.problem(
         "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"

@@ -43,6 +43,10 @@ def test_heuristic_returns_a_verified_cpu_candidate(source: str) -> None:
     assert any(e.kind == "verify" for t in traj.turns for e in t.reward_events)
     assert traj.best is not None and traj.best.result.correct, traj.turns[0].observations[-1].content
     assert "kernels/author.cpp" in traj.best.candidate.files
+    # The summary keeps every variant's figure, in the order tried (a benchmark table's record of the search).
+    verified = sum(e.kind == "verify" for t in traj.turns for e in t.reward_events)
+    tried = traj.termination_detail.split("; tried: ")[1].split("; ")
+    assert len(tried) == verified and all(t.endswith((" ms", "not correct")) for t in tried), tried
 
 
 def test_unsupported_problem_ends_with_the_op_and_no_candidate() -> None:
