@@ -33,6 +33,7 @@ from cuda_agent.author.plan import (
     c_literal,
     contiguous_strides,
     linear_index,
+    plan_graph,
 )
 from cuda_agent.contracts.candidate import KERNELS_DIR, MODEL_NEW_FILE, CandidateForm, CandidateSource
 
@@ -68,11 +69,14 @@ class Variant:
     # each thread's share of the operands read in several passes in registers, "smem" the row in shared memory, so
     # the row is read from memory once (later passes otherwise re-read it, from L2 at best); "none" re-reads
     cache: str = "none"
+    # cuda: "fast" computes float exp, sigmoid, silu and quotients on the special-function units (ir.FAST_FLOAT),
+    # within a few ulp; "exact" with the accurate library forms
+    math: str = "exact"
 
     def label(self) -> str:
         return (
             f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} micro={self.micro} "
-            f"conv={self.conv} omp={self.omp} cache={self.cache}"
+            f"conv={self.conv} omp={self.omp} cache={self.cache} math={self.math}"
         )
 
     def omp_pragma(self, work: int, clause: str = "") -> str:
@@ -349,7 +353,10 @@ def _declare_once(lines: list[str], more: list[str]) -> None:
     lines += [stmt for stmt in more if not (_CONST.match(stmt) and stmt in lines)]
 
 
-_QUOTIENT = re.compile(r"^const (?P<t>float|double) (?P<name>\w+) = \(\((?P<num>\w+)\) / \((?P<den>[A-Za-z_]\w*)\)\);$")
+_QUOTIENT = re.compile(
+    r"^const (?P<t>float|double) (?P<name>\w+) = "
+    r"(?:\(\((?P<num>\w+)\) / \((?P<den>[A-Za-z_]\w*)\)\)|__fdividef\((?P<fnum>\w+), (?P<fden>[A-Za-z_]\w*)\));$"
+)
 _LOOP_VAR = re.compile(r"\b(?:int|int64_t) (\w+) =")
 
 
@@ -371,10 +378,11 @@ def _loop(loop: str, body: list[str]) -> list[str]:
             hoisted.append(stmt)
             continue
         quotient = _QUOTIENT.match(stmt)
-        if quotient and quotient["den"] not in variant:
-            t, den = quotient["t"], quotient["den"]
+        den = quotient and (quotient["den"] or quotient["fden"])
+        if quotient and den not in variant:
+            t = quotient["t"]
             _declare_once(hoisted, [f"const {t} inv_{den} = ({t})1 / {den};"])
-            stmt = f"const {t} {quotient['name']} = (({quotient['num']}) * inv_{den});"
+            stmt = f"const {t} {quotient['name']} = (({quotient['num'] or quotient['fnum']}) * inv_{den});"
         kept.append(stmt)
         if match:
             variant.add(match["name"])
@@ -1530,6 +1538,8 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
 
 
 def emit_source(plan: Plan, device: str, variant: Variant) -> str:
+    if variant.math == "fast" and not plan.fast_math:  # the same kernels, their float math in other forms
+        plan = plan_graph(plan.graph, fast_math=True)
     parts = [CUDA_PRELUDE if device == "cuda" else CPU_PRELUDE]
     if any(n.dtype in HALF_TYPES for n in plan.graph.nodes):
         parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)

@@ -95,6 +95,16 @@ BINARY: dict[str, str] = {
     "bitwise_xor": "(({0}) ^ ({1}))",
     "where": "(({0}) ? ({1}) : ({2}))",
 }
+# Float math on the special-function units, as Triton's float code (torch.compile's) computes it, for the search's
+# math=fast variants, which the verifier judges like any other. __expf is ex2.approx of x * log2(e): at most
+# 2 + 1.2|x| ulp (under 6e-6 relative for any finite float result); __fdividef, 2 ulp (0 for a divisor past
+# 2^126). The accurate forms are a dozen instructions each, a range check and a slow path besides.
+FAST_FLOAT: dict[str, str] = {
+    "exp": "__expf({0})",
+    "sigmoid": "__fdividef(1.0f, 1.0f + __expf(-({0})))",
+    "silu": "__fdividef({0}, 1.0f + __expf(-({0})))",
+    "div": "__fdividef({0}, {1})",
+}
 # Reductions: (identity of the accumulator as a C expression, combine of acc and v, block-combine operator name).
 REDUCTIONS: dict[str, tuple[str, str]] = {
     "sum": ("0", "{a} + {v}"),

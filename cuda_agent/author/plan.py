@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from cuda_agent.author.ir import (
     BINARY,
+    FAST_FLOAT,
     HALF_TYPES,
     REDUCTIONS,
     UNARY,
@@ -296,6 +297,7 @@ class Plan:
     kernels: list[Kernel]
     buffers: dict[str, Node]  # every tensor the kernels touch: in*, p*, b* (scratch), out*
     outputs: list[str]  # the buffer of each graph output, in order
+    fast_math: bool = False  # its float math as ir.FAST_FLOAT
 
     def describe(self) -> str:
         lines = []
@@ -318,8 +320,9 @@ FUSION_DEPTH = 64
 
 
 class Planner:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, fast_math: bool = False) -> None:
         self.graph = graph
+        self.fast_math = fast_math  # float exp, sigmoid, silu and quotients as ir.FAST_FLOAT
         self.kernels: list[Kernel] = []
         self.buffers: dict[str, Node] = {}
         self.materialized: dict[int, str] = {}
@@ -345,7 +348,7 @@ class Planner:
             else:
                 self.materialize(node, name)
             outputs.append(name)
-        return Plan(self.graph, self.kernels, self.buffers, outputs)
+        return Plan(self.graph, self.kernels, self.buffers, outputs, self.fast_math)
 
     def _bound_fusion_depth(self) -> None:
         """Materialize, in graph order, every node ``FUSION_DEPTH`` producers deep in what would otherwise be inlined
@@ -651,7 +654,7 @@ class Planner:
                 vals.append(v if a.ctype == node.ctype or node.op in _MIXED else f"(({node.ctype}){v})")
             else:
                 vals.append(c_literal(a, node.ctype if node.op not in _MIXED else "double"))
-        return pointwise_expr(node, vals)
+        return pointwise_expr(node, vals, self.fast_math)
 
     # --- reductions -------------------------------------------------------------------------------------------
     def _inlined_reductions(self, node: Node) -> list[Node]:
@@ -910,7 +913,7 @@ _INTEGER = {
 }
 
 
-def pointwise_expr(node: Node, v: list[str]) -> str:
+def pointwise_expr(node: Node, v: list[str], fast_math: bool = False) -> str:
     op, a, t = node.op, node.attrs, node.ctype
 
     def lit(x: float) -> str:
@@ -926,6 +929,8 @@ def pointwise_expr(node: Node, v: list[str]) -> str:
         # By a constant: a product with its reciprocal, as ATen does for a scalar divisor (within an ulp of the
         # quotient). IEEE division is a dozen instructions with a range check and a slow path besides.
         return f"(({v[0]}) * {lit(1.0 / divisor)})"
+    if fast_math and t == "float" and op in FAST_FLOAT and not a.get("rounded"):
+        return FAST_FLOAT[op].format(*v)
     if t in ("int64_t", "int32_t") and op in _INTEGER:  # CUDA's fabs, fmax and fmin take floating point only
         return _INTEGER[op].format(*v)
     if op in UNARY:
@@ -968,5 +973,5 @@ def pointwise_expr(node: Node, v: list[str]) -> str:
     raise Unsupported(op)
 
 
-def plan_graph(graph: Graph) -> Plan:
-    return Planner(graph).plan()
+def plan_graph(graph: Graph, fast_math: bool = False) -> Plan:
+    return Planner(graph, fast_math).plan()

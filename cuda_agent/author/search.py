@@ -19,7 +19,7 @@ from typing import Any
 
 from cuda_agent.author.capture import capture_problem
 from cuda_agent.author.emit import Variant, candidate_files, row_cache, warp_rows
-from cuda_agent.author.ir import HALF_TYPES, Unsupported
+from cuda_agent.author.ir import FAST_FLOAT, HALF_TYPES, Unsupported
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
 
 DEFAULT_BUDGET_S = 180.0
@@ -85,6 +85,11 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     if fp32:  # second: large products run faster on tensor cores than on the FMA units (cuBLAS's float32 GEMMs,
         # cuDNN restricted to FMA kernels, ours); not first, as a first variant found wrong ends the search
         out.insert(1, replace(base, gemm="tf32x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
+    # The first variants again with their float exp, sigmoid, silu and quotients on the special-function units: a
+    # row kernel of a few items a thread (a softmax's block per row) issues more instructions than its bytes take
+    # to move, and these are most of them. After them: the verifier judges each, and a wrong one is only skipped.
+    if any(n.op in FAST_FLOAT and n.ctype == "float" for n in plan.graph.nodes):
+        out[3:3] = [replace(v, math="fast") for v in out[:3]]
     if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
         # TF32 is a way to multiply float32 operands: 16-bit products are on tensor cores already.
         fp32_gemm = any(k.node.dtype == "float32" for k in gemms)

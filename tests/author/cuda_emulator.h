@@ -29,6 +29,14 @@ using namespace std;  // exp, fmax, ... resolve to the float overloads, as in CU
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 
+// The special-function units' float math as the GPU rounds it: __expf is ex2.approx of the product x * log2(e),
+// rounded to float first (its error grows with |x|, as on the GPU); __fdividef multiplies by the reciprocal and
+// gives 0 for a divisor past 2^126. Under names of their own: glibc declares an __expf of its own (exact).
+inline float emu_expf(float x) { return exp2f(x * 1.44269504088896341f); }
+inline float emu_fdividef(float a, float b) { return std::fabs(b) > 0x1p126f ? 0.0f : a * (1.0f / b); }
+#define __expf emu_expf
+#define __fdividef emu_fdividef
+
 struct EmuDim {
     unsigned x = 0, y = 0, z = 0;
 };

@@ -45,6 +45,13 @@ SOURCES = {
     "softmax_cumsum_exact_rows": problems.problem(
         "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(3, 2048)]"
     ),
+    # sigmoid, silu and a quotient by a value of each element (math=fast: on the special-function units), over
+    # arguments past the range where exp's argument rounding shows
+    "gates": problems.problem(
+        "        pass",
+        "        return F.silu(x) * torch.sigmoid(0.5 * x) / (x * x + 1.0) + torch.exp(-torch.abs(x))",
+        "[20.0 * torch.randn(6, 513)]",
+    ),
     # statistics materialized in double by one kernel, read by an elementwise one (float4 where aligned)
     "group_norm": problems.problem(
         "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"

@@ -131,6 +131,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
         (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
+        (problems.SOFTMAX, "math=fast", "__expf("),
     ],
     ids=[
         "column_tiles",
@@ -145,6 +146,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         "bf16_cudnn_conv",
         "scaled_product",
         "integer_arithmetic",
+        "fast_math",
     ],
 )
 def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) -> None:
@@ -152,8 +154,8 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     a row, chunk by chunk, its operand read once into registers where it fits), a warp per short row (its 513
     elements in 17 registers a lane; a scan chunk by chunk as a block's), our pipelined GEMM and convolution, a
     pipelined GEMM and implicit convolution on TF32 tensor cores (three products each), a bfloat16 convolution on
-    cuDNN, a product scaled by its operands' factors and integer arithmetic (which host
-    compilers take where nvcc does not)."""
+    cuDNN, a product scaled by its operands' factors, integer arithmetic (which host compilers take where nvcc
+    does not) and float math on the special-function units."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
     assert code in files["kernels/author.cu"]
     request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
