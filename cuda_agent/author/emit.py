@@ -96,6 +96,24 @@ struct ProdOp { template <typename T> __device__ T operator()(T a, T b) const { 
 struct MaxOp { template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
 struct MinOp { template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
 
+// Four consecutive floats as one 16-byte access where the address allows it (``aligned``: the same for every thread
+// of a launch, so the branch does not diverge), else as four.
+__device__ __forceinline__ void load4(float* v, const float* p, bool aligned) {
+    if (aligned) {
+        const float4 q = *reinterpret_cast<const float4*>(p);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    } else {
+        v[0] = p[0]; v[1] = p[1]; v[2] = p[2]; v[3] = p[3];
+    }
+}
+__device__ __forceinline__ void store4(float* p, const float* v, bool aligned) {
+    if (aligned) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        p[0] = v[0]; p[1] = v[1]; p[2] = v[2]; p[3] = v[3];
+    }
+}
+
 // Every thread of the block gets the result. The leading barrier keeps one row's reduction from overwriting the
 // partials the previous one is still reading.
 template <typename T, typename Op>
@@ -488,7 +506,17 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
         for b in sorted(buffers):
             t = kernel.reads[b].ctype
             lines.append(f"{t}* const s_{b} = reinterpret_cast<{t}*>(row_smem + {offsets[b]});")
-    if buffers:
+    # A scan's groups of 4 consecutive elements a thread move as one 16-byte access each (``_scan_quads``).
+    quads = _scan_quads(kernel) if grouped else []
+    if quads:
+        lines.append(f"const bool aligned = ({' | '.join(f'(uintptr_t){b}' for b in quads)}) % 16 == 0;")
+    if buffers and in_registers and set(buffers) <= set(quads):
+        # Every chunk's group; a thread past the row's end reads the row's first group instead (and discards it).
+        begin = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
+        fill = [f"const int64_t r0 = ((int64_t)q * {threads} + {start}) * 4;"]
+        fill += [f"load4(&c_{b}[4 * q], {b} + o * {kernel.inner}LL + {begin}, aligned);" for b in sorted(buffers)]
+        lines += _unrolled(f"for (int q = 0; q < {items // 4}; ++q)", fill)
+    elif buffers:
         fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
         lines += _loop(loop, element + fill)
     for group in _passes(kernel.reductions):
@@ -522,7 +550,9 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             else:
                 lines.append(f"const {t} {red.var} = acc_{red.var};")
     if kernel.scan is not None and layout in ("block", "warp"):
-        lines += _chunked_scan(kernel, walked, full_index, layout, threads, cached if in_registers else {}, exact)
+        lines += _chunked_scan(
+            kernel, walked, full_index, layout, threads, cached if in_registers else {}, exact, quads
+        )
     elif kernel.scan is not None and layout == "tile":
         lines += _segment_scan(kernel, walked, full_index, block)
     elif kernel.scan is not None:
@@ -609,6 +639,20 @@ def _segment_scan(kernel: RowKernel, walked: list[str], full_index: str, block: 
     ]
 
 
+def _scan_quads(kernel: RowKernel) -> list[str]:
+    """The buffers a scan's chunks move 16 bytes at a time (a thread's group of SCAN_GROUP = 4 consecutive elements
+    as one access): its output and the operands read at their own element, where they are float and the row runs
+    along the trailing dims, a multiple of 4 long (a group then never straddles two rows, and starts a multiple of
+    16 bytes past its row's start, element o * inner); none otherwise."""
+    n = len(kernel.shape)
+    if kernel.reduced != tuple(range(n - len(kernel.reduced), n)) or kernel.inner % SCAN_GROUP or SCAN_GROUP != 4:
+        return []
+    reads = [kernel.out_scope.identity_loads, *(r.scope.identity_loads for r in kernel.reductions)]
+    loads = sorted({b for scope in reads for b, node in scope.items() if node.storage == "float"})
+    out = kernel.full_outputs[0][0]
+    return loads + ([out] if kernel.writes[out].storage == "float" and kernel.store_at is None else [])
+
+
 def _chunked_scan(
     kernel: RowKernel,
     walked: list[str],
@@ -617,6 +661,7 @@ def _chunked_scan(
     threads: int,
     cached: dict[str, str],
     exact: bool,
+    quads: list[str],
 ) -> list[str]:
     """A scan along a row a block or a warp (``layout``, its ``threads``) runs, chunk by chunk: a chunk is
     ``SCAN_GROUP`` consecutive elements per thread, the threads' groups side by side (coalesced). Each thread scans
@@ -624,15 +669,25 @@ def _chunked_scan(
     Threads past the row's end scan the identity; their coordinates wrap around (``_coords`` takes every one modulo
     its size), so their loads stay in bounds. ``cached``: operands held in registers (item k of a thread's cache is
     element j of chunk c's group, k = c * SCAN_GROUP + j: ``_item``); ``exact``: the chunks end with the row (no
-    thread past it)."""
+    thread past it); ``quads``: buffers a group reads or writes as one 16-byte access (``_scan_quads``: their element
+    r of row o is at o * inner + r)."""
     scan = kernel.scan
     assert scan is not None
     identity, combine = reduction(scan.op, scan.ctype)
     t, g = scan.ctype, SCAN_GROUP
-    out, value = kernel.full_outputs[0]
     first = _LANES[layout][0]
     element = [f"const int k = c * {g} + j;", f"const int64_t r = {_item(kernel, first, threads)};", *walked]
-    compute = element + _scope_body(kernel, kernel.out_scope, full_index, cached)
+    out, value = kernel.full_outputs[0]
+    loads = [b for b in quads if b != out and b not in cached and b in kernel.out_scope.identity_loads]
+    # The group's first element; a thread past the row's end reads the row's first group instead (and discards it).
+    group = [f"const int64_t r0 = ((int64_t)c * {threads} + {first}) * {g};"]
+    start = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
+    group += [
+        line
+        for b in loads
+        for line in (f"float q_{b}[4];", f"load4(q_{b}, {b} + o * {kernel.inner}LL + {start}, aligned);")
+    ]
+    compute = element + _scope_body(kernel, kernel.out_scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
     compute.append(
         f"x_scan[j] = ({t})({value});"
         if exact
@@ -643,12 +698,23 @@ def _chunked_scan(
     kahan = _compensated(scan.op, t)
     prefix = combine.format(a="before", v="x_scan[j]")
     total = combine.format(a="carry", v=f"({prefix} - carry_comp)" if kahan else prefix)
-    store = [
-        *element,
-        ("" if exact else f"if (r < {kernel.inner}LL) ")
-        + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", total),
-    ]
+    if out in quads:  # the group's outputs gathered, then stored as one access
+        store = [f"w_scan[j] = {total};"]
+        stored_group = [
+            f"float w_scan[{g}];",
+            *_unrolled(f"for (int j = 0; j < {g}; ++j)", store),
+            ("" if exact else f"if (r0 < {kernel.inner}LL) ")
+            + f"store4({out} + o * {kernel.inner}LL + r0, w_scan, aligned);",
+        ]
+    else:
+        store = [
+            *element,
+            ("" if exact else f"if (r < {kernel.inner}LL) ")
+            + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", total),
+        ]
+        stored_group = _unrolled(f"for (int j = 0; j < {g}; ++j)", store)
     body = [
+        *(group if quads else []),
         f"{t} x_scan[{g}];",
         *_unrolled(f"for (int j = 0; j < {g}; ++j)", compute),
         *_unrolled(
@@ -657,7 +723,7 @@ def _chunked_scan(
         f"{t} chunk_total;",
         f"const {t} before = {layout}_exclusive_scan<{t}>(x_scan[{g - 1}], {_OPS[scan.op]}(), ({t})({identity}), "
         "&chunk_total);",
-        *_unrolled(f"for (int j = 0; j < {g}; ++j)", store),
+        *stored_group,
     ]
     body += (
         _kahan("carry", "carry_comp", "chunk_total", t)

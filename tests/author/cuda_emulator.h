@@ -50,6 +50,7 @@ typedef void* cudaStream_t;
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 template <typename K>
 int cudaFuncSetAttribute(K, cudaFuncAttribute, int) {
