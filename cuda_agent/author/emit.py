@@ -736,8 +736,8 @@ def _chunked_scan(
     loop = f"for (int c = 0; c < {_items(kernel, threads) // g}; ++c)"
     if cached or layout == "warp":
         loop = "#pragma unroll\n" + loop
-    start = [f"{t} carry = ({t})({identity});"] + ([f"{t} carry_comp = ({t})0;"] if kahan else [])
-    return [*start, *_loop(loop, body)]
+    carried = [f"{t} carry = ({t})({identity});"] + ([f"{t} carry_comp = ({t})0;"] if kahan else [])
+    return [*carried, *_loop(loop, body)]
 
 
 def _unrolled(loop: str, body: list[str]) -> list[str]:
