@@ -313,18 +313,24 @@ SCAN_GROUP = 4
 
 def _items(kernel: RowKernel, threads: int) -> int:
     """Elements of a row each of its ``threads`` threads visits (the last ones possibly past the row's end)."""
-    if kernel.scan is None:
+    if not _grouped(kernel):
         return -(-kernel.inner // threads)
     return -(-kernel.inner // (threads * SCAN_GROUP)) * SCAN_GROUP
 
 
 def _item(kernel: RowKernel, first: str, threads: int) -> str:
     """The element ``r`` a thread (its index among the row's threads: ``first``) visits as its item ``k``: strided
-    by the thread count, or for scans in groups (``SCAN_GROUP``)."""
-    if kernel.scan is None:
+    by the thread count, or in groups (``SCAN_GROUP``: ``_grouped``)."""
+    if not _grouped(kernel):
         return f"{first} + (int64_t)k * {threads}"
     g = SCAN_GROUP
     return f"((int64_t)(k / {g}) * {threads} + {first}) * {g} + (k % {g})"
+
+
+def _grouped(kernel: RowKernel) -> bool:
+    """Whether a block's or a warp's threads visit a row in groups of SCAN_GROUP consecutive elements: a scan's
+    (each thread scans its group), and rows whose operands and outputs move 16 bytes at a time (``_quads``)."""
+    return kernel.scan is not None or bool(_quads(kernel))
 
 
 def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int | None = None) -> frozenset[str]:
@@ -478,7 +484,7 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     # Item k of every loop is the same element r in a thread, so element k of a thread's cache is the one it loaded
     # and a scan's groups are the elements its passes read; unrolled over a compile-time count, the cache arrays
     # live in registers.
-    grouped = kernel.scan is not None and layout in ("block", "warp")
+    grouped = _grouped(kernel) and layout in ("block", "warp")
     in_registers = bool(buffers) and cache == "regs"
     # The elements one thread's partial results cover (its running sums' terms).
     share = -(-kernel.inner // {"thread": 1, "block": block, "warp": 32, "tile": block // 32}[layout])
@@ -506,8 +512,8 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
         for b in sorted(buffers):
             t = kernel.reads[b].ctype
             lines.append(f"{t}* const s_{b} = reinterpret_cast<{t}*>(row_smem + {offsets[b]});")
-    # A scan's groups of 4 consecutive elements a thread move as one 16-byte access each (``_scan_quads``).
-    quads = _scan_quads(kernel) if grouped else []
+    # A thread's groups of 4 consecutive elements move as one 16-byte access each (``_quads``).
+    quads = _quads(kernel) if grouped and device == "cuda" else []
     if quads:
         lines.append(f"const bool aligned = ({' | '.join(f'(uintptr_t){b}' for b in quads)}) % 16 == 0;")
     if buffers and in_registers and set(buffers) <= set(quads):
@@ -519,6 +525,27 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     elif buffers:
         fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
         lines += _loop(loop, element + fill)
+
+    def over_groups(body: list[str], loads: list[str], outputs: list[tuple[str, str]]) -> list[str]:
+        """A pass over the thread's groups of 4 elements r0 + j: ``body`` for each element, ``loads`` (operands)
+        read and ``outputs`` (buffer, value) written a group at a time."""
+        each = [*(["const int k = g * 4 + j;"] if in_registers else []), "const int64_t r = r0 + j;", *walked, *body]
+        each += [f"w_{b}[j] = {v};" for b, v in outputs]
+        at = f"o * {kernel.inner}LL + r0"
+        pre = [line for b in loads for line in (f"float q_{b}[4];", f"load4(q_{b}, {b} + {at}, aligned);")]
+        pre += [f"float w_{b}[4];" for b, _ in outputs]
+        post = [f"store4({b} + {at}, w_{b}, aligned);" for b, _ in outputs]
+        group = [*pre, *_unrolled("for (int j = 0; j < 4; ++j)", each), *post]
+        if not in_registers:  # a loop at run time over the thread's groups
+            return _loop(
+                f"for (int64_t r0 = (int64_t)({start}) * 4; r0 < {kernel.inner}LL; r0 += {threads * 4})", group
+            )
+        first = f"((int64_t)g * {threads} + {start}) * 4"
+        head = f"#pragma unroll\nfor (int g = 0; g < {items // 4}; ++g)"
+        if exact:
+            return _loop(head, [f"const int64_t r0 = {first};", *group])
+        return _loop(f"{head} if (const int64_t r0 = {first}; r0 < {kernel.inner}LL)", group)
+
     for group in _passes(kernel.reductions):
         if group[0].invariant:
             red = group[0]
@@ -527,21 +554,25 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             folded = {"sum": f"{red.value} * ({t}){kernel.inner}", "prod": f"pow({red.value}, ({t}){kernel.inner})"}
             lines.append(f"const {t} {red.var} = {folded.get(red.node.op, red.value)};")
             continue
-        body = list(element)
+        body = []
+        loads = _pass_quads(quads, cached, [red.scope for red in group])
         for red in group:
             identity, combine = reduction(red.node.op, red.node.ctype)
             t = red.node.ctype
             lines.append(f"{t} acc_{red.var} = ({t})({identity});")
             # The group's scopes load the same operands at the same coordinates: each such constant declared once
             # (other statements, such as a pooling window's loop, are the scope's own).
-            scope = _scope_body(kernel, red.scope, full_index, cached)
+            scope = _scope_body(kernel, red.scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
             body += [stmt for stmt in scope if not (_CONST.match(stmt) and stmt in body)]
             if _compensated(red.node.op, t, share):
                 lines.append(f"{t} comp_{red.var} = ({t})0;")
                 body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)
             else:
                 body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
-        _declare_once(lines, _loop(loop, body))
+        if quads:
+            _declare_once(lines, over_groups(body, loads, []))
+        else:
+            _declare_once(lines, _loop(loop, element + body))
         for red in group:
             identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
             if combine_threads:
@@ -558,6 +589,12 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     elif kernel.scan is not None:
         identity = reduction(kernel.scan.op, kernel.scan.ctype)[0]
         lines += _serial_scan(kernel, walked, full_index, loop, "running", f"({kernel.scan.ctype})({identity})", "")
+    elif kernel.full_outputs and quads:
+        loads = _pass_quads(quads, cached, [kernel.out_scope])
+        body = _scope_body(kernel, kernel.out_scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
+        outputs = [(b, v) for b, v in kernel.full_outputs if b in quads]
+        body += [stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs if b not in quads]
+        _declare_once(lines, over_groups(body, loads, outputs))
     elif kernel.full_outputs:
         body = element + _scope_body(kernel, kernel.out_scope, full_index, cached)
         body += [element_guard + stored(kernel.writes[b], f"{b}[{full_index}]", v) for b, v in kernel.full_outputs]
@@ -639,18 +676,25 @@ def _segment_scan(kernel: RowKernel, walked: list[str], full_index: str, block: 
     ]
 
 
-def _scan_quads(kernel: RowKernel) -> list[str]:
-    """The buffers a scan's chunks move 16 bytes at a time (a thread's group of SCAN_GROUP = 4 consecutive elements
-    as one access): its output and the operands read at their own element, where they are float and the row runs
-    along the trailing dims, a multiple of 4 long (a group then never straddles two rows, and starts a multiple of
-    16 bytes past its row's start, element o * inner); none otherwise."""
+def _pass_quads(quads: list[str], cached: dict[str, str], scopes: list[Scope]) -> list[str]:
+    """The operands a pass over a row reads a group at a time: those of ``quads`` its ``scopes`` read at their own
+    element, but for the ones a thread keeps (``cached``)."""
+    return [b for b in quads if b not in cached and any(b in scope.identity_loads for scope in scopes)]
+
+
+def _quads(kernel: RowKernel) -> list[str]:
+    """The buffers a block's or a warp's threads move 16 bytes at a time, a thread's group of SCAN_GROUP = 4
+    consecutive elements as one access: the operands read at their own element and the outputs written there, where
+    they are float and the rows run along the trailing dims, a multiple of 4 long (a group then never straddles two
+    rows, and starts a multiple of 16 bytes past its row's start, element o * inner); none otherwise."""
     n = len(kernel.shape)
-    if kernel.reduced != tuple(range(n - len(kernel.reduced), n)) or kernel.inner % SCAN_GROUP or SCAN_GROUP != 4:
+    trailing = kernel.reduced == tuple(range(n - len(kernel.reduced), n))
+    if not kernel.reduced or not trailing or kernel.inner % SCAN_GROUP or SCAN_GROUP != 4:
         return []
     reads = [kernel.out_scope.identity_loads, *(r.scope.identity_loads for r in kernel.reductions)]
     loads = sorted({b for scope in reads for b, node in scope.items() if node.storage == "float"})
-    out = kernel.full_outputs[0][0]
-    return loads + ([out] if kernel.writes[out].storage == "float" and kernel.store_at is None else [])
+    stores = [b for b, _ in kernel.full_outputs if kernel.writes[b].storage == "float" and kernel.store_at is None]
+    return loads + stores
 
 
 def _chunked_scan(

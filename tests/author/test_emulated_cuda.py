@@ -45,6 +45,14 @@ SOURCES = {
     "softmax_cumsum_exact_rows": problems.problem(
         "        pass", "        return torch.softmax(x, dim=-1).cumsum(dim=-1)", "[torch.randn(3, 2048)]"
     ),
+    # rows of 1024 a multiple of every layout's groups of 4 (16-byte loads and stores, no bounds tests), a mask
+    # broadcast along the heads
+    "masked_softmax": problems.problem(
+        "        pass",
+        "        return torch.softmax(x * 0.125 + bias[:, None, :], dim=-1)",
+        "[4.0 * torch.randn(2, 3, 1024), torch.randn(2, 1024)]",
+        args="x, bias",
+    ),
     # sigmoid, silu and a quotient by a value of each element (math=fast: on the special-function units), over
     # arguments past the range where exp's argument rounding shows
     "gates": problems.problem(
