@@ -512,10 +512,16 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
         for b in sorted(buffers):
             t = kernel.reads[b].ctype
             lines.append(f"{t}* const s_{b} = reinterpret_cast<{t}*>(row_smem + {offsets[b]});")
-    # A thread's groups of 4 consecutive elements move as one 16-byte access each (``_quads``).
+    # A thread's groups of 4 consecutive elements move as one 16-byte access each (``_quads``), and so do the
+    # operands read at the element's place in its row alone (a norm's weight and bias: ``row_loads``).
     quads = _quads(kernel) if grouped and device == "cuda" else []
+    along = linear_index(tuple(shape[j] for j in reduced), tuple(f"i{j}" for j in reduced))
+    row_load = re.compile(rf"^const float (?P<name>\w+) = (?P<buffer>\w+)\[{re.escape(along)}\];$")
+    scopes = [kernel.out_scope, *(red.scope for red in kernel.reductions)]
+    row_buffers = sorted({m["buffer"] for scope in scopes for stmt in scope.stmts if (m := row_load.match(stmt))})
     if quads:
-        lines.append(f"const bool aligned = ({' | '.join(f'(uintptr_t){b}' for b in quads)}) % 16 == 0;")
+        flags = " | ".join(f"(uintptr_t){b}" for b in [*quads, *row_buffers])
+        lines.append(f"const bool aligned = ({flags}) % 16 == 0;")
     if buffers and in_registers and set(buffers) <= set(quads):
         # Every chunk's group; a thread past the row's end reads the row's first group instead (and discards it).
         begin = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
@@ -529,10 +535,16 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     def over_groups(body: list[str], loads: list[str], outputs: list[tuple[str, str]]) -> list[str]:
         """A pass over the thread's groups of 4 elements r0 + j: ``body`` for each element, ``loads`` (operands)
         read and ``outputs`` (buffer, value) written a group at a time."""
+        rows: list[str] = []  # the row operands read, a group at a time too
+        for i, stmt in enumerate(body):
+            if m := row_load.match(stmt):
+                rows += [m["buffer"]] * (m["buffer"] not in rows)
+                body = [*body[:i], f"const float {m['name']} = v_{m['buffer']}[j];", *body[i + 1 :]]
         each = [*(["const int k = g * 4 + j;"] if in_registers else []), "const int64_t r = r0 + j;", *walked, *body]
         each += [f"w_{b}[j] = {v};" for b, v in outputs]
         at = f"o * {kernel.inner}LL + r0"
         pre = [line for b in loads for line in (f"float q_{b}[4];", f"load4(q_{b}, {b} + {at}, aligned);")]
+        pre += [line for b in rows for line in (f"float v_{b}[4];", f"load4(v_{b}, {b} + r0, aligned);")]
         pre += [f"float w_{b}[4];" for b, _ in outputs]
         post = [f"store4({b} + {at}, w_{b}, aligned);" for b, _ in outputs]
         group = [*pre, *_unrolled("for (int j = 0; j < 4; ++j)", each), *post]
