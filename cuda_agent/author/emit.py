@@ -538,7 +538,8 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
         rows: list[str] = []  # the row operands read, a group at a time too
         for i, stmt in enumerate(body):
             if m := row_load.match(stmt):
-                rows += [m["buffer"]] * (m["buffer"] not in rows)
+                if m["buffer"] not in rows:
+                    rows.append(m["buffer"])
                 body = [*body[:i], f"const float {m['name']} = v_{m['buffer']}[j];", *body[i + 1 :]]
         each = [*(["const int k = g * 4 + j;"] if in_registers else []), "const int64_t r = r0 + j;", *walked, *body]
         each += [f"w_{b}[j] = {v};" for b, v in outputs]
@@ -725,8 +726,8 @@ def _chunked_scan(
     Threads past the row's end scan the identity; their coordinates wrap around (``_coords`` takes every one modulo
     its size), so their loads stay in bounds. ``cached``: operands held in registers (item k of a thread's cache is
     element j of chunk c's group, k = c * SCAN_GROUP + j: ``_item``); ``exact``: the chunks end with the row (no
-    thread past it); ``quads``: buffers a group reads or writes as one 16-byte access (``_scan_quads``: their element
-    r of row o is at o * inner + r)."""
+    thread past it); ``quads``: buffers a group reads or writes as one 16-byte access (``_quads``: their element r
+    of row o is at o * inner + r)."""
     scan = kernel.scan
     assert scan is not None
     identity, combine = reduction(scan.op, scan.ctype)
