@@ -307,7 +307,8 @@ _SIZEOF = {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "bool": 1}
 
 # A scan along a block or a warp gives each thread SCAN_GROUP consecutive elements of a chunk: the thread scans them
 # itself, so one scan across the threads covers SCAN_GROUP times as many elements, and the warp still reads
-# consecutive memory (32 groups side by side).
+# consecutive memory (32 groups side by side). A group is a float4's width: contiguous rows move it as one access
+# (``_quads``: load4 and store4 take 4 floats).
 SCAN_GROUP = 4
 
 
@@ -535,17 +536,13 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     def over_groups(body: list[str], loads: list[str], outputs: list[tuple[str, str]]) -> list[str]:
         """A pass over the thread's groups of 4 elements r0 + j: ``body`` for each element, ``loads`` (operands)
         read and ``outputs`` (buffer, value) written a group at a time."""
-        rows: list[str] = []  # the row operands read, a group at a time too
-        for i, stmt in enumerate(body):
-            if m := row_load.match(stmt):
-                if m["buffer"] not in rows:
-                    rows.append(m["buffer"])
-                body = [*body[:i], f"const float {m['name']} = v_{m['buffer']}[j];", *body[i + 1 :]]
+        # The row operands read, a group at a time too.
+        rows = list(dict.fromkeys(m["buffer"] for stmt in body if (m := row_load.match(stmt))))
+        body = [row_load.sub(r"const float \g<name> = v_\g<buffer>[j];", stmt) for stmt in body]
         each = [*(["const int k = g * 4 + j;"] if in_registers else []), "const int64_t r = r0 + j;", *walked, *body]
         each += [f"w_{b}[j] = {v};" for b, v in outputs]
         at = f"o * {kernel.inner}LL + r0"
-        pre = [line for b in loads for line in (f"float q_{b}[4];", f"load4(q_{b}, {b} + {at}, aligned);")]
-        pre += [line for b in rows for line in (f"float v_{b}[4];", f"load4(v_{b}, {b} + r0, aligned);")]
+        pre = _group_loads("q", loads, at) + _group_loads("v", rows, "r0")
         pre += [f"float w_{b}[4];" for b, _ in outputs]
         post = [f"store4({b} + {at}, w_{b}, aligned);" for b, _ in outputs]
         group = [*pre, *_unrolled("for (int j = 0; j < 4; ++j)", each), *post]
@@ -689,6 +686,11 @@ def _segment_scan(kernel: RowKernel, walked: list[str], full_index: str, block: 
     ]
 
 
+def _group_loads(prefix: str, buffers: list[str], at: str) -> list[str]:
+    """Each buffer's 4 floats from element ``at`` on, read as one access into ``{prefix}_{buffer}[4]``."""
+    return [line for b in buffers for line in (f"float {prefix}_{b}[4];", f"load4({prefix}_{b}, {b} + {at}, aligned);")]
+
+
 def _pass_quads(quads: list[str], cached: dict[str, str], scopes: list[Scope]) -> list[str]:
     """The operands a pass over a row reads a group at a time: those of ``quads`` its ``scopes`` read at their own
     element, but for the ones a thread keeps (``cached``)."""
@@ -702,7 +704,7 @@ def _quads(kernel: RowKernel) -> list[str]:
     rows, and starts a multiple of 16 bytes past its row's start, element o * inner); none otherwise."""
     n = len(kernel.shape)
     trailing = kernel.reduced == tuple(range(n - len(kernel.reduced), n))
-    if not kernel.reduced or not trailing or kernel.inner % SCAN_GROUP or SCAN_GROUP != 4:
+    if not kernel.reduced or not trailing or kernel.inner % SCAN_GROUP:
         return []
     reads = [kernel.out_scope.identity_loads, *(r.scope.identity_loads for r in kernel.reductions)]
     loads = sorted({b for scope in reads for b, node in scope.items() if node.storage == "float"})
@@ -739,11 +741,7 @@ def _chunked_scan(
     # The group's first element; a thread past the row's end reads the row's first group instead (and discards it).
     group = [f"const int64_t r0 = ((int64_t)c * {threads} + {first}) * {g};"]
     start = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
-    group += [
-        line
-        for b in loads
-        for line in (f"float q_{b}[4];", f"load4(q_{b}, {b} + o * {kernel.inner}LL + {start}, aligned);")
-    ]
+    group += _group_loads("q", loads, f"o * {kernel.inner}LL + {start}")
     compute = element + _scope_body(kernel, kernel.out_scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
     compute.append(
         f"x_scan[j] = ({t})({value});"
