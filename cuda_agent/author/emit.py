@@ -210,6 +210,22 @@ __device__ T block_scan(T v, Op op, T identity, T* total) {
     return v;
 }
 """
+# Our 3xTF32 products' tensor-core step (``_tf32x3_steps``). A tensor core reads a TF32 operand's 10 high
+# significand bits and ignores the rest, so operands go in as float bits.
+CUDA_MMA_PRELUDE = """
+// D += A B for a warp: mma.sync m16n8k8, TF32 operands, float32 sums. PTX's fragment layout, lane = 4 g + t:
+// a = A[g][t], A[g + 8][t], A[g][t + 4], A[g + 8][t + 4]; b = B[t][g], B[t + 4][g];
+// d = D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1].
+__device__ __forceinline__ void mma_tf32(float* d, const float* a, const float* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+                   "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
+}
+// A float's 11 high significand bits, exactly (a TF32 value): the rest is the float minus this, also exact.
+__device__ __forceinline__ float tf32_high(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
+"""
 CPU_PRELUDE = """#include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -943,8 +959,12 @@ def _strides(g: GemmKernel) -> dict[str, int]:
 
 
 def _tile_elements(g: GemmKernel) -> tuple[str, str]:
-    """Our GEMM kernels' reads of A at (row, k) and of B at (k, col), through the batch's ``pa`` and ``pb``."""
+    """Our GEMM kernels' reads of A at (row, k) and of B at (k, col), through the batch's ``pa`` and ``pb``. Where
+    every offset into a batch's operand fits 31 bits, in 32-bit arithmetic (64-bit products and sums take 2-3
+    instructions each: a tile's loads would issue more of them than multiply-adds)."""
     s = _strides(g)
+    if (g.m - 1) * s["sam"] + (g.k - 1) * s["sak"] < 2**31 and (g.k - 1) * s["sbk"] + (g.n - 1) * s["sbn"] < 2**31:
+        return f"pa[(int)row * {s['sam']} + (int)k * {s['sak']}]", f"pb[(int)k * {s['sbk']} + (int)col * {s['sbn']}]"
     return f"pa[row * {s['sam']}LL + k * {s['sak']}LL]", f"pb[k * {s['sbk']}LL + col * {s['sbn']}LL]"
 
 
@@ -1080,11 +1100,15 @@ def _pipelined(
     each = "#pragma unroll\n        for (int l = 0; l < 8; ++l) {\n            const int idx = threadIdx.x + l * 256;"
     a_body = "\n".join("                    " + line for line in a[0])
     b_body = "\n".join("                    " + line for line in b[0])
+    # Bounds tests only along the sizes that are not whole tiles (a product of 128-multiples and a K of 16-multiples
+    # loads without any): sizes are constants, so the tests that remain cost a compare each.
+    a_in = " && ".join([f"row < {m}LL"] * (m % 128 != 0) + [f"k < {k}LL"] * (k % 16 != 0)) or "true"
+    b_in = " && ".join([f"k < {k}LL"] * (k % 16 != 0) + [f"col < {n}LL"] * (n % 128 != 0)) or "true"
     fetch = f"""{each}
             {{
                 const int64_t row = row0 + {a_at[0]}, k = k_next + {a_at[1]};
                 float va = 0.0f;
-                if (row < {m}LL && k < {k}LL) {{
+                if ({a_in}) {{
 {a_body}
                 }}
                 ra[l] = va;
@@ -1092,7 +1116,7 @@ def _pipelined(
             {{
                 const int64_t k = k_next + {b_at[0]}, col = col0 + {b_at[1]};
                 float vb = 0.0f;
-                if (k < {k}LL && col < {n}LL) {{
+                if ({b_in}) {{
 {b_body}
                 }}
                 rb[l] = vb;
@@ -1104,11 +1128,11 @@ def _pipelined(
         }}"""
     setup_lines = "\n".join("    " + line for line in setup)
     # Rows of 132 floats: a quarter warp's 16-byte reads of a row are free of bank conflicts at any pitch, and the
-    # transposing stores conflict at most 2 ways. Tensor-core fragments read a column of k a lane group: at 136
-    # (8 banks a row) the 4 k and 8 m of a load land in 32 distinct banks (2-way conflicts at 132).
+    # transposing stores conflict at most 2 ways. Tensor-core fragments read 4 k by 8 m (or n) a load: at 136 (8
+    # banks a row) they land in 32 distinct banks (2-way conflicts at 132).
     pitch = 136 if tensor_cores else 132
     if tensor_cores:
-        accumulators, steps, epilogue = _tf32x3_steps(m, n, pitch, store)
+        accumulators, steps, epilogue = _tf32x3_steps(m, n, store)
     else:
         accumulators = "float acc[8][8] = {};"
         steps = """#pragma unroll
@@ -1131,13 +1155,12 @@ def _pipelined(
             const int64_t row = row0 + (i / 4) * 64 + ty * 4 + i % 4, col = col0 + (j / 4) * 64 + tx * 4 + j % 4;
             if (row < {m}LL && col < {n}LL) {{ {store("acc[i][j]")} }}
         }}"""
-    return f"""{"#include <mma.h>" if tensor_cores else ""}
-// {what}; 128x128 tiles of C, K steps of 16, the next step loaded while this one is computed.
+    return f"""// {what}; 128x128 tiles of C, K steps of 16, the next step loaded while this one is computed.
 __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     // K-major (A transposed), rows padded: 16-byte aligned for the wide reads, and the transposing stores of a
-    // warp spread over the banks; 32-byte aligned, as the origins of tensor-core fragments must be.
-    __shared__ __align__(32) float as[2][16][{pitch}];
-    __shared__ __align__(32) float bs[2][16][{pitch}];
+    // warp spread over the banks.
+    __shared__ __align__(16) float as[2][16][{pitch}];
+    __shared__ __align__(16) float bs[2][16][{pitch}];
     const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 {setup_lines}
@@ -1172,83 +1195,73 @@ extern "C" void {name}({launcher}) {{
 """
 
 
-def _tf32x3_steps(m: int, n: int, pitch: int, store: Callable[[str], str]) -> tuple[str, str, str]:
-    """``_pipelined``'s accumulators, K step and epilogue on TF32 tensor cores (WMMA, sm_80 and later) at float32
-    accuracy: each operand is split into a TF32 value and the TF32 value of its remainder (big + small carry 21 of
-    float32's 24 significand bits) and a product is big*big + big*small + small*big, the term dropped being 2^-22 of
-    it (NVIDIA's 3xTF32, as CUTLASS's fast accurate fp32 GEMMs). Three tensor-core products still outrun one FMA
-    product several times over, and a single TF32 product (about 5e-4 relative) would fail float32 tolerances.
-    Each of the 8 warps computes 64x32 of the tile as 4x2 fragments of 16x16; a K step's products are summed on
-    tensor cores from zero (the small terms first) and added to the float32 sums on the FMA units.
-    WMMA's fragment layout is opaque: outputs go out through a 16x16 staging tile a warp, so the store sees
-    (row, col) as the other kernels' stores do."""
-    accumulators = """using namespace nvcuda;
-    __shared__ __align__(32) float staged[8][16 * 20];  // a warp's fragment (WMMA strides: 4-float multiples)
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
-    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[4][2];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);"""
-    steps = f"""        {{
-            // A is K-major in shared memory: column-major fragments; B row-major. B's fragments of the step (both
-            // halves of K) are split once and held; A's a row of fragments at a time (fewer registers live).
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a_big, a_small;
-            using BFragment = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
-            BFragment b_big[2][2], b_small[2][2];
+def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str, str]:
+    """``_pipelined``'s accumulators, K step and epilogue on TF32 tensor cores (``mma_tf32``, sm_80 and later) at
+    float32 accuracy: each operand is split into its 11 high significand bits (a TF32 value, exact) and the rest,
+    of which a tensor core reads the 11 high bits again (22 of float32's 24 bits), and a product is big*big +
+    big*small + small*big, the term dropped being 2^-22 of it (NVIDIA's 3xTF32, as CUTLASS's fast accurate fp32
+    GEMMs). Three tensor-core products still outrun one FMA product several times over, and a single TF32 product
+    (about 5e-4 relative) would fail float32 tolerances. The split is a mask and a subtraction: no rounding
+    instruction (sm_90 has none for TF32; nvcc emulates one in 4 instructions).
+    Each of the 8 warps computes 64x32 of the tile as 4x4 products of 16x8; a K step's products are summed on
+    tensor cores from zero (the small terms first) and added to the float32 sums on the FMA units. Fragments are
+    read from shared memory as PTX lays them out (lane = 4 g + t: A's rows g and g + 8 at k t and t + 4, B's column
+    g at k t and t + 4; at a pitch of 8 banks a row, the 32 lanes' reads fall in 32 banks), and each thread stores
+    its sums at their (row, col) directly: C's rows g and g + 8, columns 2t and 2t + 1 of each 16x8."""
+    accumulators = """const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
+    const int g = lane / 4, t = lane % 4;
+    float acc[4][4][4] = {};  // [16 rows][8 columns][the thread's 4 of them]"""
+    steps = """        {
+            // B's fragments of the step (both halves of K) are split once and held; A's a row of products at a
+            // time (fewer registers live).
+            float b_big[2][4][2], b_small[2][4][2];
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {{
-                    wmma::load_matrix_sync(b_big[h][j], &bs[cur][h * 8][wn * 32 + j * 16], {pitch});
+                for (int j = 0; j < 4; ++j)
 #pragma unroll
-                    for (int t = 0; t < b_big[h][j].num_elements; ++t) {{
-                        const float v = b_big[h][j].x[t], big = wmma::__float_to_tf32(v);
-                        b_big[h][j].x[t] = big;
-                        b_small[h][j].x[t] = wmma::__float_to_tf32(v - big);
-                    }}
-                }}
+                    for (int e = 0; e < 2; ++e) {
+                        const float v = bs[cur][h * 8 + t + 4 * e][wn * 32 + j * 8 + g];
+                        b_big[h][j][e] = tf32_high(v);
+                        b_small[h][j][e] = v - b_big[h][j][e];
+                    }
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {{
-                wmma::fragment<wmma::accumulator, 16, 16, 8, float> part[2];
+            for (int i = 0; i < 4; ++i) {
+                float part[4][4] = {};
 #pragma unroll
-                for (int j = 0; j < 2; ++j) wmma::fill_fragment(part[j], 0.0f);
+                for (int h = 0; h < 2; ++h) {
+                    float a_big[4], a_small[4];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {{
-                    wmma::load_matrix_sync(a_big, &as[cur][h * 8][wm * 64 + i * 16], {pitch});
+                    for (int e = 0; e < 4; ++e) {
+                        const float v = as[cur][h * 8 + t + 4 * (e / 2)][wm * 64 + i * 16 + g + 8 * (e % 2)];
+                        a_big[e] = tf32_high(v);
+                        a_small[e] = v - a_big[e];
+                    }
 #pragma unroll
-                    for (int t = 0; t < a_big.num_elements; ++t) {{
-                        const float v = a_big.x[t], big = wmma::__float_to_tf32(v);
-                        a_big.x[t] = big;
-                        a_small.x[t] = wmma::__float_to_tf32(v - big);
-                    }}
-#pragma unroll
-                    for (int j = 0; j < 2; ++j) {{
-                        wmma::mma_sync(part[j], a_small, b_big[h][j], part[j]);
-                        wmma::mma_sync(part[j], a_big, b_small[h][j], part[j]);
-                        wmma::mma_sync(part[j], a_big, b_big[h][j], part[j]);
-                    }}
-                }}
+                    for (int j = 0; j < 4; ++j) {
+                        mma_tf32(part[j], a_small, b_big[h][j]);
+                        mma_tf32(part[j], a_big, b_small[h][j]);
+                        mma_tf32(part[j], a_big, b_big[h][j]);
+                    }
+                }
                 // The step's 16 products join the sum here, rounded to nearest: a tensor core rounds its sums
                 // toward zero, which over thousands of MMAs into one accumulator drifts past float32 tolerances.
 #pragma unroll
-                for (int j = 0; j < 2; ++j)
+                for (int j = 0; j < 4; ++j)
 #pragma unroll
-                    for (int t = 0; t < part[j].num_elements; ++t) acc[i][j].x[t] += part[j].x[t];
-            }}
-        }}"""
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] += part[j][e];
+            }
+        }"""
     epilogue = f"""#pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {{
-            wmma::store_matrix_sync(staged[warp], acc[i][j], 20, wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 256; e += 32) {{
-                const int64_t row = row0 + wm * 64 + i * 16 + e / 16, col = col0 + wn * 32 + j * 16 + e % 16;
-                if (row < {m}LL && col < {n}LL) {{ {store("staged[warp][e / 16 * 20 + e % 16]")} }}
-            }}
-            __syncwarp();  // read before the next fragment is staged
-        }}"""
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+                const int64_t row = row0 + wm * 64 + i * 16 + g + 8 * (e / 2);
+                const int64_t col = col0 + wn * 32 + j * 8 + 2 * t + e % 2;
+                if (row < {m}LL && col < {n}LL) {{ {store("acc[i][j][e]")} }}
+            }}"""
     return accumulators, steps, epilogue
 
 
@@ -1691,6 +1704,8 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         parts.insert(1, '#include <cublas_v2.h>\n#pragma comment(lib, "cublas")\n')
     if dnn:
         parts.insert(1, '#include <cudnn.h>\n#pragma comment(lib, "cudnn")\n')
+    if tensor_cores and any(isinstance(k, GemmKernel | ConvKernel) for k in plan.kernels):
+        parts.insert(1, CUDA_MMA_PRELUDE)
     source = "".join(parts)
     if len(source) > MAX_SOURCE_BYTES:
         # A recurrence (an LSTM's steps) inlines every step's gates into the next: no build finishes in time.

@@ -3,11 +3,9 @@
 // warp's 32 lanes. Blocks run one after another (a function's statics are then its block's shared memory). A row
 // kernel's launch runs at most two blocks: the kernels stride over their rows by the grid, so two blocks still
 // cover every row and interleave them; a launch over a dim3 grid (a block per tile) runs every block. A shuffle
-// some lanes of a warp skip deadlocks here as it misbehaves on a GPU. WMMA fragments hold their elements in an
-// order of our own (CUDA's is opaque too): code that depends on CUDA's order fails here, as it should; an mma
-// reads the whole warp's fragments, and a TF32 product rounds its operands to TF32 and its sum toward zero as tensor
-// cores do, so code that meant float32 accuracy and multiplied in TF32, or carried a sum through many MMAs, fails
-// here too.
+// some lanes of a warp skip deadlocks here as it misbehaves on a GPU. A tensor-core product (mma_tf32) reads the
+// whole warp's fragments in PTX's layout, its operands as TF32 and its sum rounded toward zero as tensor cores do,
+// so code that meant float32 accuracy and multiplied in TF32, or carried a sum through many MMAs, fails here too.
 #pragma once
 #include <algorithm>
 #include <barrier>
@@ -16,7 +14,6 @@
 #include <cstring>
 #include <memory>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 using namespace std;  // exp, fmax, ... resolve to the float overloads, as in CUDA device code
@@ -96,33 +93,20 @@ auto __shfl_sync(unsigned, T v, int source_lane) -> decltype(+v) {
 
 inline void __syncwarp(unsigned = 0xffffffffu) { emu_warps[threadIdx.x >> 5]->arrived.arrive_and_wait(); }
 
-namespace nvcuda::wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-namespace precision {
-struct tf32 {};
+inline unsigned __float_as_uint(float v) {
+    unsigned bits;
+    std::memcpy(&bits, &v, 4);
+    return bits;
 }
-enum layout_t { mem_row_major, mem_col_major };
+inline float __uint_as_float(unsigned bits) {
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+inline float tf32_high(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
 
-// TF32 (cvt.rna.tf32.f32): 10 significand bits, rounded to nearest, ties away from zero.
-inline float __float_to_tf32(float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & ~0x1fffu;
-    std::memcpy(&v, &bits, 4);
-    return v;
-}
 // What a tensor core reads of a TF32 operand: its 10 high significand bits.
-inline float emu_tf32_operand(float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    bits &= ~0x1fffu;
-    std::memcpy(&v, &bits, 4);
-    return v;
-}
+inline float emu_tf32_operand(float v) { return __uint_as_float(__float_as_uint(v) & ~0x1fffu); }
 
 // A tensor core's sum of products and accumulator, rounded toward zero (Fasi et al., "Numerical behavior of NVIDIA
 // tensor cores", 2021): an accumulator carried through thousands of MMAs drifts toward zero by up to an ulp each.
@@ -131,70 +115,36 @@ inline float emu_toward_zero(double v) {
     return std::fabs((double)f) > std::fabs(v) ? std::nextafter(f, 0.0f) : f;
 }
 
-template <typename Use, int M, int N, int K>
-constexpr int emu_rows = std::is_same_v<Use, matrix_b> ? K : M;
-template <typename Use, int M, int N, int K>
-constexpr int emu_cols = std::is_same_v<Use, matrix_a> ? K : N;
-
-// Lane l holds the elements l, l + 32, ... of the fragment's matrix in row-major order.
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-    static constexpr int rows = emu_rows<Use, M, N, K>, cols = emu_cols<Use, M, N, K>;
-    static constexpr int num_elements = rows * cols / 32;
-    float x[num_elements];
-};
-
-template <typename Use, int M, int N, int K, typename T, typename Layout>
-void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, float v) {
-    for (int t = 0; t < f.num_elements; ++t) f.x[t] = v;
-}
-template <typename Use, int M, int N, int K, typename T, typename Layout>
-void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const float* p, unsigned ldm) {
-    for (int t = 0; t < f.num_elements; ++t) {
-        const int e = (int)(threadIdx.x & 31) + 32 * t, r = e / f.cols, c = e % f.cols;
-        f.x[t] = std::is_same_v<Layout, row_major> ? p[r * ldm + c] : p[c * ldm + r];
-    }
-    __syncwarp();  // collective, as on the GPU
-}
-template <int M, int N, int K, typename T>
-void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t layout) {
-    __syncwarp();
-    for (int t = 0; t < f.num_elements; ++t) {
-        const int e = (int)(threadIdx.x & 31) + 32 * t, r = e / N, c = e % N;
-        (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[t];
-    }
-    __syncwarp();
-}
-
+// A warp's fragments, each lane's by address, for the lanes' products.
 struct EmuMmaOperands {
     const float* a[32];
     const float* b[32];
 };
 inline std::vector<EmuMmaOperands> emu_mma(64);
 
-template <int M, int N, int K, typename T, typename LA, typename LB>
-void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
-              const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    emu_mma[warp].a[lane] = a.x;
-    emu_mma[warp].b[lane] = b.x;
+// mma.sync m16n8k8 with TF32 operands (the emitted CUDA_MMA_PRELUDE's): PTX's fragment layout, lane = 4 g + t holding
+// A[g][t], A[g + 8][t], A[g][t + 4], A[g + 8][t + 4], B[t][g], B[t + 4][g] and D[g][2t], D[g][2t + 1], D[g + 8][2t],
+// D[g + 8][2t + 1]. The product reads the whole warp's fragments.
+inline void mma_tf32(float* d, const float* a, const float* b) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane / 4, t = lane % 4;
+    emu_mma[warp].a[lane] = a;
+    emu_mma[warp].b[lane] = b;
     __syncwarp();
-    // element e of a fragment: lane e % 32, slot e / 32
-    auto at = [&](const float* const* lanes, int e) {
-        const float v = lanes[e % 32][e / 32];
-        return std::is_same_v<T, precision::tf32> ? emu_tf32_operand(v) : v;
-    };
-    float out[fragment<accumulator, M, N, K, float>::num_elements];
-    for (int t = 0; t < d.num_elements; ++t) {
-        const int e = (int)lane + 32 * t, r = e / N, col = e % N;
-        double sum = c.x[t];
-        for (int k = 0; k < K; ++k) sum += (double)at(emu_mma[warp].a, r * K + k) * at(emu_mma[warp].b, k * N + col);
-        out[t] = emu_toward_zero(sum);
+    const auto& ops = emu_mma[warp];
+    float out[4];
+    for (int e = 0; e < 4; ++e) {
+        const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        double sum = d[e];
+        for (unsigned k = 0; k < 8; ++k) {
+            const float av = ops.a[4 * (row % 8) + k % 4][row / 8 + 2 * (k / 4)];
+            const float bv = ops.b[4 * col + k % 4][k / 4];
+            sum += (double)emu_tf32_operand(av) * emu_tf32_operand(bv);
+        }
+        out[e] = emu_toward_zero(sum);
     }
     __syncwarp();  // every lane has read the operands before any changes them
-    for (int t = 0; t < d.num_elements; ++t) d.x[t] = out[t];
+    for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
-}  // namespace nvcuda::wmma
 
 template <typename K, typename... A>
 void emu_block_run(K kernel, EmuDim block_index, unsigned block, A... args) {

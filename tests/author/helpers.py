@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.author import Variant, capture_problem, plan_graph
-from cuda_agent.author.emit import emit_source
+from cuda_agent.author.emit import CUDA_MMA_PRELUDE, emit_source
 from cuda_agent.author.plan import Plan
 
 EMULATOR = Path(__file__).with_name("cuda_emulator.h")
@@ -23,8 +23,8 @@ _LAUNCH = re.compile(r"(\w+)<<<(.+?), (\d+), (\w+), stream>>>\((.*?)\);")
 
 def emulated_cuda(source: str) -> str:
     """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory a
-    static buffer."""
-    source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace("#include <mma.h>", "")
+    static buffer, the tensor-core step the emulator's."""
+    source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace(CUDA_MMA_PRELUDE, "")
     source = source.replace(
         "extern __shared__ __align__(16) unsigned char row_smem[];", "unsigned char* row_smem = emu_dynamic_smem;"
     )
