@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cuda_agent.author.ir import HALF_TYPES, Node, Unsupported, loaded, reduction, stored
 from cuda_agent.author.plan import (
@@ -1051,22 +1052,45 @@ extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
 def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
     """Our GEMM on the pipelined tile kernel (``_pipelined``): A and B through their strides."""
     s = _strides(g)
-    a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
+    a_element, b_element = _tile_elements(g)
     at = f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]"
+    a_along_k, b_along_k = s["sak"] == 1 or s["sam"] != 1, s["sbn"] != 1 and s["sbk"] == 1
+    # 4 neighbouring elements are 16 bytes in a row where the operand is float32, 1 apart along the dim loaded and
+    # every other stride (the batch's too) and the size along it multiples of 4
+    float32 = g.node.dtype == "float32"
+    a_four = (s["sam"], s["sab"], g.k) if a_along_k else (s["sak"], s["sab"], g.m)
+    b_four = (s["sbn"], s["sbb"], g.k) if b_along_k else (s["sbk"], s["sbb"], g.n)
+    a_vector = float32 and s["sak" if a_along_k else "sam"] == 1 and all(v % 4 == 0 for v in a_four)
+    b_vector = float32 and s["sbk" if b_along_k else "sbn"] == 1 and all(v % 4 == 0 for v in b_four)
+    setup = [
+        f"const {g.node.storage}* pa = {g.a.buffer} + batch * {s['sab']}LL;",
+        f"const {g.node.storage}* pb = {g.b.buffer} + batch * {s['sbb']}LL;",
+    ]
+    setup += [f"const bool {x}_aligned = reinterpret_cast<uintptr_t>(p{x}) % 16 == 0;" for x in "a" * a_vector]
+    setup += [f"const bool {x}_aligned = reinterpret_cast<uintptr_t>(p{x}) % 16 == 0;" for x in "b" * b_vector]
     return _pipelined(
         g.name,
         f"{g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]",
         (_gemm_params(g), ", ".join(_gemm_buffers(g)), _launcher_params(g, "cuda")),
         (g.m, g.n, g.k, g.batch),
-        [
-            f"const {g.node.storage}* pa = {g.a.buffer} + batch * {s['sab']}LL;",
-            f"const {g.node.storage}* pb = {g.b.buffer} + batch * {s['sbb']}LL;",
-        ],
-        ([f"va = {a_load};"], s["sak"] == 1 or s["sam"] != 1),
-        ([f"vb = {b_load};"], s["sbn"] == 1 or s["sbk"] != 1),
+        setup,
+        TileOperand([f"va = {loaded(g.node, a_element)};"], a_along_k, a_element if a_vector else None),
+        TileOperand([f"vb = {loaded(g.node, b_element)};"], b_along_k, b_element if b_vector else None),
         lambda value: stored(g.node, at, _scaled(g, value)),
         tensor_cores,
     )
+
+
+class TileOperand(NamedTuple):
+    """One operand of ``_pipelined``: statements setting ``va`` (A at ``row``, ``k``) or ``vb`` (B at ``k``,
+    ``col``), both in range; whether neighbouring k are neighbouring addresses (else neighbouring rows of A, or
+    columns of B, are: consecutive threads load along them); and, where 4 neighbouring elements along that dim are
+    16 bytes in a row (float32, the other strides multiples of 4, the size along it too), the element expression
+    whose address starts them (16-byte aligned wherever the batch's origin is)."""
+
+    statements: list[str]
+    along_k: bool
+    vector: str | None = None
 
 
 def _pipelined(
@@ -1075,8 +1099,8 @@ def _pipelined(
     signature: tuple[str, str, str],
     sizes: tuple[int, int, int, int],
     setup: list[str],
-    a: tuple[list[str], bool],
-    b: tuple[list[str], bool],
+    a: TileOperand,
+    b: TileOperand,
     store: Callable[[str], str],
     tensor_cores: bool = False,
 ) -> str:
@@ -1086,46 +1110,20 @@ def _pipelined(
     reads 128 contiguous bytes, free of bank conflicts), and the next step's are loaded from global memory into
     registers while this one is computed, into the other of two shared buffers after it (one barrier a step).
 
-    ``a``: statements setting ``va`` to A at (``row``, ``k``) (both in range), and whether neighbouring k are
-    neighbouring addresses (else neighbouring rows are: consecutive threads load along them); ``b`` likewise for
-    ``vb`` at (``k``, ``col``) and neighbouring columns (then every load of a thread is in column
-    ``col0 + threadIdx.x % 128``). ``store``: the statement writing a value (the C expression given) at (row,
-    col). ``signature``: the kernel's parameters, its launch's arguments and the launcher's parameters.
-    ``tensor_cores``: the products on TF32 tensor cores at float32 accuracy (``_tf32x3_steps``), else on the FMA
-    units."""
+    ``a``, ``b``: the operands (``TileOperand``); where B's neighbouring columns are neighbouring addresses and it
+    has no vector form, every load of a thread is in column ``col0 + threadIdx.x % 128``. ``store``: the statement
+    writing a value (the C expression given) at (row, col). ``signature``: the kernel's parameters, its launch's
+    arguments and the launcher's parameters. ``tensor_cores``: the products on TF32 tensor cores at float32
+    accuracy (``_tf32x3_steps``), else on the FMA units."""
     m, n, k, batch = sizes
     params, args, launcher = signature
-    a_at = ("idx / 16", "idx % 16") if a[1] else ("idx % 128", "idx / 128")
-    b_at = ("idx / 128", "idx % 128") if b[1] else ("idx % 16", "idx / 16")
-    each = "#pragma unroll\n        for (int l = 0; l < 8; ++l) {\n            const int idx = threadIdx.x + l * 256;"
-    a_body = "\n".join("                    " + line for line in a[0])
-    b_body = "\n".join("                    " + line for line in b[0])
     # Bounds tests only along the sizes that are not whole tiles (a product of 128-multiples and a K of 16-multiples
     # loads without any): sizes are constants, so the tests that remain cost a compare each.
     a_in = " && ".join([f"row < {m}LL"] * (m % 128 != 0) + [f"k < {k}LL"] * (k % 16 != 0)) or "true"
     b_in = " && ".join([f"k < {k}LL"] * (k % 16 != 0) + [f"col < {n}LL"] * (n % 128 != 0)) or "true"
-    fetch = f"""{each}
-            {{
-                const int64_t row = row0 + {a_at[0]}, k = k_next + {a_at[1]};
-                float va = 0.0f;
-                if ({a_in}) {{
-{a_body}
-                }}
-                ra[l] = va;
-            }}
-            {{
-                const int64_t k = k_next + {b_at[0]}, col = col0 + {b_at[1]};
-                float vb = 0.0f;
-                if ({b_in}) {{
-{b_body}
-                }}
-                rb[l] = vb;
-            }}
-        }}"""
-    keep = f"""{each}
-            as[next][{a_at[1]}][{a_at[0]}] = ra[l];
-            bs[next][{b_at[0]}][{b_at[1]}] = rb[l];
-        }}"""
+    a_fetch, a_keep = _tile_fetch("a", "row", a, a_in)
+    b_fetch, b_keep = _tile_fetch("b", "col", b, b_in)
+    fetch, keep = f"{a_fetch}\n        {b_fetch}", f"{a_keep}\n        {b_keep}"
     setup_lines = "\n".join("    " + line for line in setup)
     # Rows of 132 floats: a quarter warp's 16-byte reads of a row are free of bank conflicts at any pitch, and the
     # transposing stores conflict at most 2 ways. Tensor-core fragments read 4 k by 8 m (or n) a load: at 136 (8
@@ -1193,6 +1191,66 @@ extern "C" void {name}({launcher}) {{
     {name}_kernel<<<grid, 256, 0, stream>>>({args});
 }}
 """
+
+
+def _tile_fetch(x: str, edge: str, operand: TileOperand, within: str) -> tuple[str, str]:
+    """A step's loads of one operand tile (``x``: "a", 128 rows by 16 k, or "b", 16 k by 128 columns, ``edge``
+    naming its 128-long index) into the registers ``r{x}[8]``, and their stores into the shared buffer ``{x}s``
+    (k-major). Four elements a load where the operand's layout allows it (``TileOperand.vector``) and its batch's
+    origin is 16-byte aligned at run time (one uniform branch), as two 16-byte loads a thread: along k, a warp's
+    lanes take 32 neighbouring rows (their 4 stores each land in distinct banks), the other half of each 32-byte
+    sector being the next load's; along the edge, a warp takes 128 neighbouring elements of one k. Else a thread
+    loads 8 single elements. ``within``: the bounds test of an element (of a group of 4's first)."""
+    statements, along_k, vector = operand
+    value, buffer = f"v{x}", f"{x}s"
+    edge_at, k_at = ("idx / 16", "idx % 16") if along_k else ("idx % 128", "idx / 128")
+    body = "\n".join("                " + line for line in statements)
+    scalar_fetch = f"""#pragma unroll
+        for (int l = 0; l < 8; ++l) {{
+            const int idx = threadIdx.x + l * 256;
+            const int64_t {edge} = {edge}0 + {edge_at}, k = k_next + {k_at};
+            float {value} = 0.0f;
+            if ({within}) {{
+{body}
+            }}
+            r{x}[l] = {value};
+        }}"""
+    scalar_keep = f"""#pragma unroll
+        for (int l = 0; l < 8; ++l) {{
+            const int idx = threadIdx.x + l * 256;
+            {buffer}[next][{k_at}][{edge_at}] = r{x}[l];
+        }}"""
+    if vector is None:
+        return scalar_fetch, scalar_keep
+    edge_at, k_at = ("q % 128", "q / 128 * 4") if along_k else ("q % 32 * 4", "q / 32")
+    kept = (
+        "\n".join(f"            {buffer}[next][{k_at} + {c}][{edge_at}] = r{x}[4 * l + {c}];" for c in range(4))
+        if along_k
+        else f"            *reinterpret_cast<float4*>(&{buffer}[next][{k_at}][{edge_at}]) = "
+        f"make_float4(r{x}[4 * l], r{x}[4 * l + 1], r{x}[4 * l + 2], r{x}[4 * l + 3]);"
+    )
+    fetch = f"""if ({x}_aligned) {{
+#pragma unroll
+        for (int l = 0; l < 2; ++l) {{
+            const int q = threadIdx.x + l * 256;
+            const int64_t {edge} = {edge}0 + {edge_at}, k = k_next + {k_at};
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if ({within}) v = *reinterpret_cast<const float4*>(&{vector});
+            r{x}[4 * l] = v.x; r{x}[4 * l + 1] = v.y; r{x}[4 * l + 2] = v.z; r{x}[4 * l + 3] = v.w;
+        }}
+        }} else {{
+        {scalar_fetch}
+        }}"""
+    keep = f"""if ({x}_aligned) {{
+#pragma unroll
+        for (int l = 0; l < 2; ++l) {{
+            const int q = threadIdx.x + l * 256;
+{kept}
+        }}
+        }} else {{
+        {scalar_keep}
+        }}"""
+    return fetch, keep
 
 
 def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str, str]:
@@ -1566,8 +1624,8 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
         (_conv_params(k), ", ".join([*k.reads, k.out]), _launcher_params(k, "cuda")),
         (cout_g, out[0] * positions, depth, groups),
         setup,
-        (weights, True),
-        (gather, True),
+        TileOperand(weights, True),
+        TileOperand(gather, False),
         lambda value: stored(k.node, f"{k.out}[{y_at}]", value),
         tensor_cores,
     )

@@ -107,6 +107,16 @@ GEMMS = {
     "batched": ("        return torch.bmm(a, b)", "[torch.randn(2, 20, 17), torch.randn(2, 17, 140)]", "a, b"),
     # sums over a long K (tensor cores round each MMA's sum toward zero: carried through 3 x 1024 MMAs, it drifts)
     "long_k": ("        return a @ b", "[torch.randn(8, 8192), torch.randn(8192, 12)]", "a, b"),
+    # whole tiles (no bounds tests), 16-byte loads along k of A and along the columns of B
+    "whole_tiles": ("        return a @ b", "[torch.randn(128, 32), torch.randn(32, 128)]", "a, b"),
+    # 16-byte loads along the rows of A and along k of B (a Linear's weight)
+    "transposed_whole_tiles": ("        return a.t() @ b.t()", "[torch.randn(32, 128), torch.randn(128, 32)]", "a, b"),
+    # an operand 4 bytes past a 16-byte boundary: its loads one element at a time, the other's 16 bytes
+    "misaligned_operand": (
+        "        return a @ b",
+        "[torch.randn(1 + 40 * 32)[1:].view(40, 32), torch.randn(32, 24)]",
+        "a, b",
+    ),
 }
 
 
