@@ -148,6 +148,8 @@ CONVS = {
         "[torch.randn(2, 6, 5, 4)]",
     ),
     "conv1d": ("        self.c = nn.Conv1d(5, 17, 4, padding=3, bias=False)", "[torch.randn(3, 5, 30)]"),
+    # rows of 27 weights: loaded one at a time (rows of a multiple of 4 go 16 bytes a load)
+    "conv2d_odd_depth": ("        self.c = nn.Conv2d(3, 8, 3, bias=False)", "[torch.randn(2, 3, 7, 6)]"),
     "conv3d": ("        self.c = nn.Conv3d(3, 16, 2, bias=False)", "[torch.randn(2, 3, 4, 5, 3)]"),
 }
 
