@@ -534,9 +534,21 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     # operands read at the element's place in its row alone (a norm's weight and bias: ``row_loads``).
     quads = _quads(kernel) if grouped and device == "cuda" else []
     along = linear_index(tuple(shape[j] for j in reduced), tuple(f"i{j}" for j in reduced))
-    row_load = re.compile(rf"^const float (?P<name>\w+) = (?P<buffer>\w+)\[{re.escape(along)}\];$")
+    # Offsets of the row's own dims plus, for an operand broadcast along some of the others (a mask per batch, not
+    # per head), a part fixed for the row: terms of those dims' coordinates by multiples of 4 (a group stays 16-byte
+    # aligned).
+    row_load = re.compile(
+        rf"^const float (?P<name>\w+) = (?P<buffer>\w+)\[(?P<base>(?:i\d+ \* \d+LL \+ )*){re.escape(along)}\];$"
+    )
+
+    def row_operand(stmt: str) -> re.Match[str] | None:
+        m = row_load.match(stmt)
+        terms = [t.split(" * ") for t in m["base"].split(" + ") if t] if m else []
+        fixed = all(int(i[1:]) not in reduced and int(c.removesuffix("LL")) % 4 == 0 for i, c in terms)
+        return m if m and fixed else None
+
     scopes = [kernel.out_scope, *(red.scope for red in kernel.reductions)]
-    row_buffers = sorted({m["buffer"] for scope in scopes for stmt in scope.stmts if (m := row_load.match(stmt))})
+    row_buffers = sorted({m["buffer"] for scope in scopes for stmt in scope.stmts if (m := row_operand(stmt))})
     if quads:
         flags = " | ".join(f"(uintptr_t){b}" for b in [*quads, *row_buffers])
         lines.append(f"const bool aligned = ({flags}) % 16 == 0;")
@@ -554,12 +566,17 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
         """A pass over the thread's groups of 4 elements r0 + j: ``body`` for each element, ``loads`` (operands)
         read and ``outputs`` (buffer, value) written a group at a time."""
         # The row operands read, a group at a time too.
-        rows = list(dict.fromkeys(m["buffer"] for stmt in body if (m := row_load.match(stmt))))
-        body = [row_load.sub(r"const float \g<name> = v_\g<buffer>[j];", stmt) for stmt in body]
+        rows = [m for stmt in body if (m := row_operand(stmt))]
+        body = [f"const float {m['name']} = v_{m['name']}[j];" if (m := row_operand(stmt)) else stmt for stmt in body]
         each = [*(["const int k = g * 4 + j;"] if in_registers else []), "const int64_t r = r0 + j;", *walked, *body]
         each += [f"w_{b}[j] = {v};" for b, v in outputs]
         at = f"o * {kernel.inner}LL + r0"
-        pre = _group_loads("q", loads, at) + _group_loads("v", rows, "r0")
+        pre = _group_loads("q", loads, at)
+        pre += [
+            line
+            for m in rows
+            for line in (f"float v_{m['name']}[4];", f"load4(v_{m['name']}, {m['buffer']} + {m['base']}r0, aligned);")
+        ]
         pre += [f"float w_{b}[4];" for b, _ in outputs]
         post = [f"store4({b} + {at}, w_{b}, aligned);" for b, _ in outputs]
         group = [*pre, *_unrolled("for (int j = 0; j < 4; ++j)", each), *post]
