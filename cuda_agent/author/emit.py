@@ -1627,6 +1627,8 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
             valid.append(f"u{j} >= 0" + (f" && u{j} % {stride} == 0" if stride != 1 else ""))
         valid.append(f"x{j} >= 0 && x{j} < {size}")
     x_at = linear_index(xs[1:], ("c", *(f"x{j}" for j in range(spatial))))
+    if math.prod(xs[1:]) < 2**31:  # an image's offsets in 32-bit arithmetic (64-bit takes 2-3 instructions an op)
+        x_at = re.sub(r"(\d+)LL", r"\1", x_at)
     gather.append(f"if ({' && '.join(valid)}) vb = {loaded(xnode, f'x_group[{x_at}]')};")
     # A: the weights at (row = output channel in the group, k)
     if a["transposed"]:  # [in, out / groups, *taps]
