@@ -224,8 +224,11 @@ __device__ __forceinline__ void mma_tf32(float* d, const float* a, const float* 
                  : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
                    "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
 }
-// A float's 11 high significand bits, exactly (a TF32 value): the rest is the float minus this, also exact.
-__device__ __forceinline__ float tf32_high(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
+// The TF32 value nearest a float (ties away from zero; sm_90 has no instruction for it): the rest is the float minus
+// this, exactly.
+__device__ __forceinline__ float tf32_near(float v) {
+    return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
+}
 """
 CPU_PRELUDE = """#include <algorithm>
 #include <cmath>
@@ -1272,12 +1275,13 @@ def _tile_fetch(x: str, edge: str, operand: TileOperand, within: str) -> tuple[s
 
 def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str, str]:
     """``_pipelined``'s accumulators, K step and epilogue on TF32 tensor cores (``mma_tf32``, sm_80 and later) at
-    float32 accuracy: each operand is split into its 11 high significand bits (a TF32 value, exact) and the rest,
-    of which a tensor core reads the 11 high bits again (22 of float32's 24 bits), and a product is big*big +
-    big*small + small*big, the term dropped being 2^-22 of it (NVIDIA's 3xTF32, as CUTLASS's fast accurate fp32
-    GEMMs). Three tensor-core products still outrun one FMA product several times over, and a single TF32 product
-    (about 5e-4 relative) would fail float32 tolerances. The split is a mask and a subtraction: no rounding
-    instruction (sm_90 has none for TF32; nvcc emulates one in 4 instructions).
+    float32 accuracy: each operand is split into its nearest TF32 value and the rest (at most 2^-11 of it, either
+    sign), of which a tensor core reads 11 significant bits (the operand to 2^-22), and a product is big*big +
+    big*small + small*big, the term dropped at most 2^-22 of it and of either sign (NVIDIA's 3xTF32, as CUTLASS's
+    fast accurate fp32 GEMMs; truncated splits leave rests of one sign, twice as large, and fail tolerances that
+    rounded ones pass). Three tensor-core products still outrun one FMA product, and a single TF32 product (about
+    5e-4 relative) would fail float32 tolerances. The split is an integer add, a mask and a subtraction (sm_90 has
+    no TF32 rounding instruction; nvcc emulates one in 4).
     Each of the 8 warps computes 64x32 of the tile as 4x4 products of 16x8; a K step's products are summed on
     tensor cores from zero (the small terms first) and added to the float32 sums on the FMA units. Fragments are
     read from shared memory as PTX lays them out (lane = 4 g + t: A's rows g and g + 8 at k t and t + 4, B's column
@@ -1297,7 +1301,7 @@ def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const float v = bs[cur][h * 8 + t + 4 * e][wn * 32 + j * 8 + g];
-                        b_big[h][j][e] = tf32_high(v);
+                        b_big[h][j][e] = tf32_near(v);
                         b_small[h][j][e] = v - b_big[h][j][e];
                     }
 #pragma unroll
@@ -1309,7 +1313,7 @@ def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const float v = as[cur][h * 8 + t + 4 * (e / 2)][wm * 64 + i * 16 + g + 8 * (e % 2)];
-                        a_big[e] = tf32_high(v);
+                        a_big[e] = tf32_near(v);
                         a_small[e] = v - a_big[e];
                     }
 #pragma unroll

@@ -103,7 +103,7 @@ inline float __uint_as_float(unsigned bits) {
     std::memcpy(&v, &bits, 4);
     return v;
 }
-inline float tf32_high(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
+inline float tf32_near(float v) { return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u); }
 
 // What a tensor core reads of a TF32 operand: its 10 high significand bits.
 inline float emu_tf32_operand(float v) { return __uint_as_float(__float_as_uint(v) & ~0x1fffu); }
