@@ -115,23 +115,25 @@ inline float emu_toward_zero(double v) {
     return std::fabs((double)f) > std::fabs(v) ? std::nextafter(f, 0.0f) : f;
 }
 
-// A warp's fragments, each lane's by address, for the lanes' products.
+// A warp's fragments, copied in by each lane, for the lanes' products. Two slots used in turn: a lane that writes
+// the next product's operands has passed that product's barrier, which every lane reaches only after reading this
+// one's, so one barrier a product suffices.
 struct EmuMmaOperands {
-    const float* a[32];
-    const float* b[32];
+    float a[32][4];
+    float b[32][2];
 };
-inline std::vector<EmuMmaOperands> emu_mma(64);
+inline std::vector<EmuMmaOperands> emu_mma(2 * 64);
+inline thread_local unsigned emu_mma_calls = 0;
 
 // mma.sync m16n8k8 with TF32 operands (the emitted CUDA_MMA_PRELUDE's): PTX's fragment layout, lane = 4 g + t holding
 // A[g][t], A[g + 8][t], A[g][t + 4], A[g + 8][t + 4], B[t][g], B[t + 4][g] and D[g][2t], D[g][2t + 1], D[g + 8][2t],
 // D[g + 8][2t + 1]. The product reads the whole warp's fragments.
 inline void mma_tf32(float* d, const float* a, const float* b) {
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane / 4, t = lane % 4;
-    emu_mma[warp].a[lane] = a;
-    emu_mma[warp].b[lane] = b;
+    EmuMmaOperands& ops = emu_mma[2 * warp + emu_mma_calls++ % 2];
+    std::memcpy(ops.a[lane], a, sizeof ops.a[lane]);
+    std::memcpy(ops.b[lane], b, sizeof ops.b[lane]);
     __syncwarp();
-    const auto& ops = emu_mma[warp];
-    float out[4];
     for (int e = 0; e < 4; ++e) {
         const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
         double sum = d[e];
@@ -140,10 +142,8 @@ inline void mma_tf32(float* d, const float* a, const float* b) {
             const float bv = ops.b[4 * col + k % 4][k / 4];
             sum += (double)emu_tf32_operand(av) * emu_tf32_operand(bv);
         }
-        out[e] = emu_toward_zero(sum);
+        d[e] = emu_toward_zero(sum);
     }
-    __syncwarp();  // every lane has read the operands before any changes them
-    for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
 template <typename K, typename... A>
