@@ -1075,19 +1075,23 @@ def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
     a_element, b_element = _tile_elements(g)
     at = f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]"
     a_along_k, b_along_k = s["sak"] == 1 or s["sam"] != 1, s["sbn"] != 1 and s["sbk"] == 1
-    # 4 neighbouring elements are 16 bytes in a row where the operand is float32, 1 apart along the dim loaded and
-    # every other stride (the batch's too) and the size along it multiples of 4
-    float32 = g.node.dtype == "float32"
-    a_four = (s["sam"], s["sab"], g.k) if a_along_k else (s["sak"], s["sab"], g.m)
-    b_four = (s["sbn"], s["sbb"], g.k) if b_along_k else (s["sbk"], s["sbb"], g.n)
-    a_vector = float32 and s["sak" if a_along_k else "sam"] == 1 and all(v % 4 == 0 for v in a_four)
-    b_vector = float32 and s["sbk" if b_along_k else "sbn"] == 1 and all(v % 4 == 0 for v in b_four)
+
+    def wide(along: int, others: tuple[int, ...]) -> bool:
+        """4 neighbouring elements are 16 bytes in a row: float32, 1 apart along the dim loaded, and every other
+        stride (the batch's too) and the size along it multiples of 4."""
+        return g.node.dtype == "float32" and along == 1 and all(v % 4 == 0 for v in others)
+
+    a_vector = wide(s["sak"], (s["sam"], s["sab"], g.k)) if a_along_k else wide(s["sam"], (s["sak"], s["sab"], g.m))
+    b_vector = wide(s["sbk"], (s["sbn"], s["sbb"], g.k)) if b_along_k else wide(s["sbn"], (s["sbk"], s["sbb"], g.n))
     setup = [
         f"const {g.node.storage}* pa = {g.a.buffer} + batch * {s['sab']}LL;",
         f"const {g.node.storage}* pb = {g.b.buffer} + batch * {s['sbb']}LL;",
     ]
-    setup += [f"const bool {x}_aligned = reinterpret_cast<uintptr_t>(p{x}) % 16 == 0;" for x in "a" * a_vector]
-    setup += [f"const bool {x}_aligned = reinterpret_cast<uintptr_t>(p{x}) % 16 == 0;" for x in "b" * b_vector]
+    setup += [
+        f"const bool {x}_aligned = reinterpret_cast<uintptr_t>(p{x}) % 16 == 0;"
+        for x, vector in (("a", a_vector), ("b", b_vector))
+        if vector
+    ]
     return _pipelined(
         g.name,
         f"{g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]",
@@ -1249,27 +1253,27 @@ def _tile_fetch(x: str, edge: str, operand: TileOperand, within: str) -> tuple[s
         else f"            *reinterpret_cast<float4*>(&{buffer}[next][{k_at}][{edge_at}]) = "
         f"make_float4(r{x}[4 * l], r{x}[4 * l + 1], r{x}[4 * l + 2], r{x}[4 * l + 3]);"
     )
-    fetch = f"""if ({x}_aligned) {{
+
+    def uniform(wide: str, narrow: str) -> str:
+        """``wide`` for each of a thread's two groups of 4 where the origin is aligned, else ``narrow``."""
+        return f"""if ({x}_aligned) {{
 #pragma unroll
         for (int l = 0; l < 2; ++l) {{
             const int q = threadIdx.x + l * 256;
-            const int64_t {edge} = {edge}0 + {edge_at}, k = k_next + {k_at};
+{wide}
+        }}
+        }} else {{
+        {narrow}
+        }}"""
+
+    fetch = uniform(
+        f"""            const int64_t {edge} = {edge}0 + {edge_at}, k = k_next + {k_at};
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if ({within}) v = *reinterpret_cast<const float4*>(&{vector});
-            r{x}[4 * l] = v.x; r{x}[4 * l + 1] = v.y; r{x}[4 * l + 2] = v.z; r{x}[4 * l + 3] = v.w;
-        }}
-        }} else {{
-        {scalar_fetch}
-        }}"""
-    keep = f"""if ({x}_aligned) {{
-#pragma unroll
-        for (int l = 0; l < 2; ++l) {{
-            const int q = threadIdx.x + l * 256;
-{kept}
-        }}
-        }} else {{
-        {scalar_keep}
-        }}"""
+            r{x}[4 * l] = v.x; r{x}[4 * l + 1] = v.y; r{x}[4 * l + 2] = v.z; r{x}[4 * l + 3] = v.w;""",
+        scalar_fetch,
+    )
+    keep = uniform(kept, scalar_keep)
     return fetch, keep
 
 
