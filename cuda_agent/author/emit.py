@@ -1087,19 +1087,14 @@ def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
         f"const {g.node.storage}* pa = {g.a.buffer} + batch * {s['sab']}LL;",
         f"const {g.node.storage}* pb = {g.b.buffer} + batch * {s['sbb']}LL;",
     ]
-    setup += [
-        f"const bool {x}_aligned = reinterpret_cast<uintptr_t>(p{x}) % 16 == 0;"
-        for x, vector in (("a", a_vector), ("b", b_vector))
-        if vector
-    ]
     return _pipelined(
         g.name,
         f"{g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]",
         (_gemm_params(g), ", ".join(_gemm_buffers(g)), _launcher_params(g, "cuda")),
         (g.m, g.n, g.k, g.batch),
         setup,
-        TileOperand([f"va = {loaded(g.node, a_element)};"], a_along_k, a_element if a_vector else None),
-        TileOperand([f"vb = {loaded(g.node, b_element)};"], b_along_k, b_element if b_vector else None),
+        TileOperand([f"va = {loaded(g.node, a_element)};"], a_along_k, a_element if a_vector else None, "pa"),
+        TileOperand([f"vb = {loaded(g.node, b_element)};"], b_along_k, b_element if b_vector else None, "pb"),
         lambda value: stored(g.node, at, _scaled(g, value)),
         tensor_cores,
     )
@@ -1110,11 +1105,12 @@ class TileOperand(NamedTuple):
     ``col``), both in range; whether neighbouring k are neighbouring addresses (else neighbouring rows of A, or
     columns of B, are: consecutive threads load along them); and, where 4 neighbouring elements along that dim are
     16 bytes in a row (float32, the other strides multiples of 4, the size along it too), the element expression
-    whose address starts them (16-byte aligned wherever the batch's origin is)."""
+    whose address starts them (16-byte aligned wherever ``origin``, the batch's first element, is)."""
 
     statements: list[str]
     along_k: bool
     vector: str | None = None
+    origin: str = ""
 
 
 def _pipelined(
@@ -1148,6 +1144,11 @@ def _pipelined(
     a_fetch, a_keep = _tile_fetch("a", "row", a, a_in)
     b_fetch, b_keep = _tile_fetch("b", "col", b, b_in)
     fetch, keep = f"{a_fetch}\n        {b_fetch}", f"{a_keep}\n        {b_keep}"
+    setup += [
+        f"const bool {x}_aligned = reinterpret_cast<uintptr_t>({operand.origin}) % 16 == 0;"
+        for x, operand in (("a", a), ("b", b))
+        if operand.vector is not None
+    ]
     setup_lines = "\n".join("    " + line for line in setup)
     # Rows of 132 floats: a quarter warp's 16-byte reads of a row are free of bank conflicts at any pitch, and the
     # transposing stores conflict at most 2 ways. Tensor-core fragments read 4 k by 8 m (or n) a load: at 136 (8
@@ -1225,7 +1226,7 @@ def _tile_fetch(x: str, edge: str, operand: TileOperand, within: str) -> tuple[s
     lanes take 32 neighbouring rows (their 4 stores each land in distinct banks), the other half of each 32-byte
     sector being the next load's; along the edge, a warp takes 128 neighbouring elements of one k. Else a thread
     loads 8 single elements. ``within``: the bounds test of an element (of a group of 4's first)."""
-    statements, along_k, vector = operand
+    statements, along_k, vector, _ = operand
     value, buffer = f"v{x}", f"{x}s"
     edge_at, k_at = ("idx / 16", "idx % 16") if along_k else ("idx % 128", "idx / 128")
     body = "\n".join("                " + line for line in statements)
@@ -1646,7 +1647,6 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     weights = [f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
     # A row of float32 weights, a multiple of 4 long, loads 16 bytes at a time (``TileOperand``)
     vector = f"{k.w}[{w_at}]" if not a["transposed"] and wnode.dtype == "float32" and depth % 4 == 0 else None
-    setup += [f"const bool a_aligned = reinterpret_cast<uintptr_t>({k.w}) % 16 == 0;"] * (vector is not None)
     y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
     return _pipelined(
         k.name,
@@ -1654,7 +1654,7 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
         (_conv_params(k), ", ".join([*k.reads, k.out]), _launcher_params(k, "cuda")),
         (cout_g, out[0] * positions, depth, groups),
         setup,
-        TileOperand(weights, True, vector),
+        TileOperand(weights, True, vector, k.w),
         TileOperand(gather, False),
         lambda value: stored(k.node, f"{k.out}[{y_at}]", value),
         tensor_cores,
