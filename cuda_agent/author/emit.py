@@ -57,7 +57,8 @@ class Variant:
     micro: int = 1  # outputs per thread along each edge of that tile (held in registers)
     # "cublas": the vendor library where the operands' strides allow it ("cublas_tf32": on TF32 tensor cores), else
     # "tiled" (ours), "pipelined" (ours, 128x128 tiles with wide shared reads and the next K step loaded ahead),
-    # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy; our implicit convolutions too),
+    # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy, its K steps copied ahead
+    # asynchronously where both operands load 16 bytes a group; our implicit convolutions too),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
     gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
@@ -229,6 +230,24 @@ __device__ __forceinline__ void mma_tf32(float* d, const float* a, const float* 
 __device__ __forceinline__ float tf32_near(float v) {
     return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
 }
+// 4 floats from global to shared memory without passing through registers (cp.async, sm_80 and later), zeros where
+// !in (nothing read: src only has to be a valid address); a source that is not 16-byte aligned goes 4 bytes a copy.
+// A thread's copies land by cp_async_wait; other threads see them after a barrier that follows it.
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool in, bool aligned) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    if (aligned) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(in ? 16 : 0) : "memory");
+    } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to + 4 * c), "l"(src + c), "r"(in ? 4 : 0)
+                         : "memory");
+    }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most ``pending`` of this thread's latest committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory"); }
 """
 CPU_PRELUDE = """#include <algorithm>
 #include <cmath>
@@ -1113,6 +1132,16 @@ class TileOperand(NamedTuple):
     origin: str = ""
 
 
+def _alignment_flags(a: TileOperand, b: TileOperand) -> list[str]:
+    """The declarations of ``a_aligned`` and ``b_aligned`` (an operand with 16-byte groups whose origin is 16-byte
+    aligned: the same for every thread of a block, so the branches on it do not diverge)."""
+    return [
+        f"const bool {x}_aligned = reinterpret_cast<uintptr_t>({operand.origin}) % 16 == 0;"
+        for x, operand in (("a", a), ("b", b))
+        if operand.vector is not None
+    ]
+
+
 def _pipelined(
     name: str,
     what: str,
@@ -1135,6 +1164,8 @@ def _pipelined(
     writing a value (the C expression given) at (row, col). ``signature``: the kernel's parameters, its launch's
     arguments and the launcher's parameters. ``tensor_cores``: the products on TF32 tensor cores at float32
     accuracy (``_tf32x3_steps``), else on the FMA units."""
+    if tensor_cores and a.vector is not None and b.vector is not None:
+        return _staged_tf32x3(name, what, signature, sizes, setup, a, b, store)
     m, n, k, batch = sizes
     params, args, launcher = signature
     # Bounds tests only along the sizes that are not whole tiles (a product of 128-multiples and a K of 16-multiples
@@ -1144,18 +1175,19 @@ def _pipelined(
     a_fetch, a_keep = _tile_fetch("a", "row", a, a_in)
     b_fetch, b_keep = _tile_fetch("b", "col", b, b_in)
     fetch, keep = f"{a_fetch}\n        {b_fetch}", f"{a_keep}\n        {b_keep}"
-    setup += [
-        f"const bool {x}_aligned = reinterpret_cast<uintptr_t>({operand.origin}) % 16 == 0;"
-        for x, operand in (("a", a), ("b", b))
-        if operand.vector is not None
-    ]
-    setup_lines = "\n".join("    " + line for line in setup)
+    setup_lines = "\n".join("    " + line for line in [*setup, *_alignment_flags(a, b)])
     # Rows of 132 floats: a quarter warp's 16-byte reads of a row are free of bank conflicts at any pitch, and the
     # transposing stores conflict at most 2 ways. Tensor-core fragments read 4 k by 8 m (or n) a load: at 136 (8
     # banks a row) they land in 32 distinct banks (2-way conflicts at 132).
     pitch = 136 if tensor_cores else 132
     if tensor_cores:
-        accumulators, steps, epilogue = _tf32x3_steps(m, n, store)
+        accumulators, steps, epilogue = _tf32x3_steps(
+            m,
+            n,
+            store,
+            lambda h, r: f"make_float2(as[cur][{h} * 8 + t][{r}], as[cur][{h} * 8 + t + 4][{r}])",
+            lambda h, c: f"make_float2(bs[cur][{h} * 8 + t][{c}], bs[cur][{h} * 8 + t + 4][{c}])",
+        )
     else:
         accumulators = "float acc[8][8] = {};"
         steps = """#pragma unroll
@@ -1214,6 +1246,106 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
 extern "C" void {name}({launcher}) {{
     dim3 grid(({n} + 127) / 128, ({m} + 127) / 128, {batch});
     {name}_kernel<<<grid, 256, 0, stream>>>({args});
+}}
+"""
+
+
+STAGES = 3  # K steps of the staged product in flight: 3 x 36 KB of shared memory, two blocks an SM by it
+STAGE_K = 32
+STAGE_MIN_BLOCKS = 1  # blocks an SM the staged product's registers are bounded for (2: 128 registers, some spilled)
+
+
+def _staged_tf32x3(
+    name: str,
+    what: str,
+    signature: tuple[str, str, str],
+    sizes: tuple[int, int, int, int],
+    setup: list[str],
+    a: TileOperand,
+    b: TileOperand,
+    store: Callable[[str], str],
+) -> str:
+    """``_pipelined``'s 3xTF32 product where both operands have 16-byte groups (``TileOperand.vector``): K steps of
+    32 copied from global to shared memory by ``cp_async4`` (no registers hold them on the way, so a thread keeps
+    only its sums and one step's fragments), ``STAGES`` steps in flight, one barrier a step. Each operand's tile is
+    kept in its own layout (16-byte copies need it): rows of 32 k padded to 40 where k is the contiguous dim, else
+    32 rows of k of 128 padded to 132. A slice's k slots t and t + 4 stand for k 2t and 2t + 1, so that where k
+    is contiguous a fragment's pair is one 8-byte read; the padding puts a warp's reads in distinct banks either
+    way (lane 4 g + t at word 8 g + 2 t, or 8 t + g, of 32).
+    Sizes that are not whole tiles load zeros by the copies' source size (a group of 4 is all in or all out: the
+    size along it is a multiple of 4). ``a``, ``b``, ``store``, ``signature``: as ``_pipelined``'s."""
+    m, n, k, batch = sizes
+    params, args, launcher = signature
+    kt = -(-k // STAGE_K)
+
+    def tile(x: str, edge: str, operand: TileOperand, edge_size: int) -> tuple[int, Callable[[str, str], str], str]:
+        """(floats a stage, the fragment pair accessor (``_tf32x3_steps``) on stage ``{x}s_cur``, the copy
+        statements of a stage)."""
+        within = [f"{edge} < {edge_size}LL"] * (edge_size % 128 != 0) + [f"k < {k}LL"] * (k % STAGE_K != 0)
+        if operand.along_k:  # [128 edge][40]: a group is 4 neighbouring k; a pair one 8-byte read
+            size, place, coords = 128 * 40, "(q / 8) * 40 + q % 8 * 4", ("q / 8", "q % 8 * 4")
+
+            def pair(h: str, e: str) -> str:
+                return f"*reinterpret_cast<const float2*>(&{x}s_cur[({e}) * 40 + {h} * 8 + 2 * t])"
+        else:  # [32 k][132]: a group is 4 neighbouring rows (A) or columns (B)
+            size, place, coords = STAGE_K * 132, "(q / 32) * 132 + q % 32 * 4", ("q % 32 * 4", "q / 32")
+
+            def pair(h: str, e: str) -> str:
+                return (
+                    f"make_float2({x}s_cur[({h} * 8 + 2 * t) * 132 + {e}], {x}s_cur[({h} * 8 + 2 * t + 1) * 132 + {e}])"
+                )
+
+        copy = f"""#pragma unroll
+        for (int l = 0; l < 4; ++l) {{
+            const int q = threadIdx.x + l * 256;
+            const int64_t {edge} = {edge}0 + {coords[0]}, k = k_next + {coords[1]};
+            const bool in = {" && ".join(within) or "true"};
+            cp_async4(&{x}s[stage * {size} + {place}], in ? &{operand.vector} : {operand.origin}, in, {x}_aligned);
+        }}"""
+        return size, pair, copy
+
+    a_size, a_pair, a_copy = tile("a", "row", a, m)
+    b_size, b_pair, b_copy = tile("b", "col", b, n)
+    accumulators, steps, epilogue = _tf32x3_steps(m, n, store, a_pair, b_pair, STAGE_K // 8)
+    setup_lines = "\n".join("    " + line for line in [*setup, *_alignment_flags(a, b)])
+    fetch = f"""if (k_next < {k}LL) {{
+        {a_copy}
+        {b_copy}
+        }}
+        cp_async_commit();  // a group every step, empty past K: the wait below counts groups"""
+    smem = STAGES * (a_size + b_size) * 4
+    return f"""// {what}; 128x128 tiles of C on TF32 tensor cores, K steps of {STAGE_K}, {STAGES} in flight.
+__global__ void __launch_bounds__(256, {STAGE_MIN_BLOCKS}) {name}_kernel({params}) {{
+    extern __shared__ __align__(16) float tile_smem[];
+    float* const as = tile_smem;  // [stage][A's tile]
+    float* const bs = tile_smem + {STAGES * a_size};  // [stage][B's tile]
+    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
+{setup_lines}
+    {accumulators}
+#pragma unroll
+    for (int stage = 0; stage < {STAGES - 1}; ++stage) {{
+        const int64_t k_next = stage * {STAGE_K}LL;
+        {fetch}
+    }}
+    for (int step = 0; step < {kt}; ++step) {{
+        cp_async_wait<{STAGES - 2}>();  // this thread's copies of this step have landed
+        __syncthreads();  // everyone's have, and everyone is done with the step before, whose buffer is refilled now
+        {{
+            const int stage = (step + {STAGES - 1}) % {STAGES};
+            const int64_t k_next = (step + {STAGES - 1}) * {STAGE_K}LL;
+            {fetch}
+        }}
+        const float* const as_cur = as + (step % {STAGES}) * {a_size};
+        const float* const bs_cur = bs + (step % {STAGES}) * {b_size};
+{steps}
+    }}
+{epilogue}
+}}
+
+extern "C" void {name}({launcher}) {{
+    cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem});
+    dim3 grid(({n} + 127) / 128, ({m} + 127) / 128, {batch});
+    {name}_kernel<<<grid, 256, {smem}, stream>>>({args});
 }}
 """
 
@@ -1278,7 +1410,14 @@ def _tile_fetch(x: str, edge: str, operand: TileOperand, within: str) -> tuple[s
     return fetch, keep
 
 
-def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str, str]:
+def _tf32x3_steps(
+    m: int,
+    n: int,
+    store: Callable[[str], str],
+    a_pair: Callable[[str, str], str],
+    b_pair: Callable[[str, str], str],
+    slices: int = 2,
+) -> tuple[str, str, str]:
     """``_pipelined``'s accumulators, K step and epilogue on TF32 tensor cores (``mma_tf32``, sm_80 and later) at
     float32 accuracy: each operand is split into its nearest TF32 value and the rest (at most 2^-11 of it, either
     sign), of which a tensor core reads 11 significant bits (the operand to 2^-22), and a product is big*big +
@@ -1288,54 +1427,68 @@ def _tf32x3_steps(m: int, n: int, store: Callable[[str], str]) -> tuple[str, str
     5e-4 relative) would fail float32 tolerances. The split is an integer add, a mask and a subtraction (sm_90 has
     no TF32 rounding instruction; nvcc emulates one in 4).
     Each of the 8 warps computes 64x32 of the tile as 4x4 products of 16x8; a K step's products are summed on
-    tensor cores from zero (the small terms first) and added to the float32 sums on the FMA units. Fragments are
-    read from shared memory as PTX lays them out (lane = 4 g + t: A's rows g and g + 8 at k t and t + 4, B's column
-    g at k t and t + 4; at a pitch of 8 banks a row, the 32 lanes' reads fall in 32 banks), and each thread stores
-    its sums at their (row, col) directly: C's rows g and g + 8, columns 2t and 2t + 1 of each 16x8."""
+    tensor cores from zero (all small terms first: in a numpy model of 65536 sums of K = 8192 products, the worst
+    error against float64 falls from 0.79 of the 1e-4 tolerance to 0.56) and added to the float32 sums on the FMA
+    units. Fragments are read from shared memory as PTX lays them out (lane = 4 g + t: A's rows g and g + 8 at k
+    slots t and t + 4, B's column g at k slots t and t + 4), and each thread stores its sums at their (row, col)
+    directly: C's rows g and g + 8, columns 2t and 2t + 1 of each 16x8.
+    ``a_pair(h, row)``, ``b_pair(h, col)``: a float2 of the operand's elements at k slots t and t + 4 of slice
+    ``h`` of the step (A at ``row``, B at ``col``, within the tile). Which k a slot stands for is the layout's
+    choice, the same for both operands (a product sums over every k alike); ``slices``: the step's K in slices of
+    8 (B's fragments of all are held)."""
     accumulators = """const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
     const int g = lane / 4, t = lane % 4;
     float acc[4][4][4] = {};  // [16 rows][8 columns][the thread's 4 of them]"""
-    steps = """        {
-            // B's fragments of the step (both halves of K) are split once and held; A's a row of products at a
+    b_frag = b_pair("h", "wn * 32 + j * 8 + g")
+    a_frag = a_pair("h", "wm * 64 + i * 16 + g + 8 * r")
+    steps = f"""        {{
+            // B's fragments of the step (every slice of K) are split once and held; A's a row of products at a
             // time (fewer registers live).
-            float b_big[2][4][2], b_small[2][4][2];
+            float b_big[{slices}][4][2], b_small[{slices}][4][2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int h = 0; h < {slices}; ++h)
 #pragma unroll
-                for (int j = 0; j < 4; ++j)
+                for (int j = 0; j < 4; ++j) {{
+                    const float2 v = {b_frag};
+                    b_big[h][j][0] = tf32_near(v.x);
+                    b_big[h][j][1] = tf32_near(v.y);
+                    b_small[h][j][0] = v.x - b_big[h][j][0];
+                    b_small[h][j][1] = v.y - b_big[h][j][1];
+                }}
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float v = bs[cur][h * 8 + t + 4 * e][wn * 32 + j * 8 + g];
-                        b_big[h][j][e] = tf32_near(v);
-                        b_small[h][j][e] = v - b_big[h][j][e];
-                    }
+            for (int i = 0; i < 4; ++i) {{
+                float part[4][4] = {{}}, a_big[{slices}][4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float part[4][4] = {};
+                for (int h = 0; h < {slices}; ++h) {{
+                    float a_small[4];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    float a_big[4], a_small[4];
+                    for (int r = 0; r < 2; ++r) {{
+                        const float2 v = {a_frag};
+                        a_big[h][r] = tf32_near(v.x);
+                        a_big[h][r + 2] = tf32_near(v.y);
+                        a_small[r] = v.x - a_big[h][r];
+                        a_small[r + 2] = v.y - a_big[h][r + 2];
+                    }}
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float v = as[cur][h * 8 + t + 4 * (e / 2)][wm * 64 + i * 16 + g + 8 * (e % 2)];
-                        a_big[e] = tf32_near(v);
-                        a_small[e] = v - a_big[e];
-                    }
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
+                    for (int j = 0; j < 4; ++j) {{
                         mma_tf32(part[j], a_small, b_big[h][j]);
-                        mma_tf32(part[j], a_big, b_small[h][j]);
-                        mma_tf32(part[j], a_big, b_big[h][j]);
-                    }
-                }
-                // The step's 16 products join the sum here, rounded to nearest: a tensor core rounds its sums
+                        mma_tf32(part[j], a_big[h], b_small[h][j]);
+                    }}
+                }}
+                // The big products last: each MMA's sum is rounded toward zero at the size of the sum so far, and
+                // the small terms' sums are 2^-11 of the big ones' (the step's error a third of interleaving's).
+#pragma unroll
+                for (int h = 0; h < {slices}; ++h)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) mma_tf32(part[j], a_big[h], b_big[h][j]);
+                // The step's {8 * slices} products join the sum here, rounded to nearest: a tensor core rounds its sums
                 // toward zero, which over thousands of MMAs into one accumulator drifts past float32 tolerances.
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[i][j][e] += part[j][e];
-            }
-        }"""
+            }}
+        }}"""
     epilogue = f"""#pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll

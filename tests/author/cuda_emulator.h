@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -21,7 +22,7 @@ using namespace std;  // exp, fmax, ... resolve to the float overloads, as in CU
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
@@ -48,6 +49,10 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct alignas(8) float2 {
+    float x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 template <typename K>
 int cudaFuncSetAttribute(K, cudaFuncAttribute, int) {
@@ -143,6 +148,32 @@ inline void mma_tf32(float* d, const float* a, const float* b) {
             sum += (double)emu_tf32_operand(av) * emu_tf32_operand(bv);
         }
         d[e] = emu_toward_zero(sum);
+    }
+}
+
+// cp.async: a thread's copies are read when issued and land in shared memory only when the thread waits for their
+// group (cp.async.wait_group), so code that reads a stage before waiting for it, or before the barrier after every
+// thread's wait, reads what was there before, as it may on a GPU.
+struct EmuCopy {
+    float* dst;
+    float values[4];
+};
+inline thread_local std::vector<EmuCopy> emu_open_group;
+inline thread_local std::deque<std::vector<EmuCopy>> emu_committed;
+inline void cp_async4(float* dst, const float* src, bool in, bool) {
+    EmuCopy copy{dst, {0.0f, 0.0f, 0.0f, 0.0f}};
+    if (in) std::memcpy(copy.values, src, sizeof copy.values);
+    emu_open_group.push_back(copy);
+}
+inline void cp_async_commit() {
+    emu_committed.push_back(std::move(emu_open_group));
+    emu_open_group.clear();
+}
+template <int pending>
+void cp_async_wait() {
+    while (emu_committed.size() > (size_t)pending) {
+        for (const EmuCopy& copy : emu_committed.front()) std::memcpy(copy.dst, copy.values, sizeof copy.values);
+        emu_committed.pop_front();
     }
 }
 

@@ -27,6 +27,9 @@ def emulated_cuda(source: str) -> str:
     source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace(CUDA_MMA_PRELUDE, "")
     source = source.replace(
         "extern __shared__ __align__(16) unsigned char row_smem[];", "unsigned char* row_smem = emu_dynamic_smem;"
+    ).replace(
+        "extern __shared__ __align__(16) float tile_smem[];",
+        "float* tile_smem = reinterpret_cast<float*>(emu_dynamic_smem);",
     )
     return _LAUNCH.sub(r"emu_launch(\1, \2, \3, \4, \5);", source)
 

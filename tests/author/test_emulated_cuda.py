@@ -111,6 +111,9 @@ GEMMS = {
     "whole_tiles": ("        return a @ b", "[torch.randn(128, 32), torch.randn(32, 128)]", "a, b"),
     # 16-byte loads along the rows of A and along k of B (a Linear's weight)
     "transposed_whole_tiles": ("        return a.t() @ b.t()", "[torch.randn(32, 128), torch.randn(128, 32)]", "a, b"),
+    # 16-byte groups (sizes multiples of 4) over ragged tiles and a K of one partial step: groups past the edges
+    # copied in as zeros
+    "ragged_groups": ("        return a @ b", "[torch.randn(132, 36), torch.randn(36, 136)]", "a, b"),
     # an operand 4 bytes past a 16-byte boundary: its loads one element at a time, the other's 16 bytes
     "misaligned_operand": (
         "        return a @ b",

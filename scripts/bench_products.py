@@ -1,0 +1,121 @@
+"""Our float32 products on the GPU against PyTorch's (cuBLAS), kernel by kernel (issue 14): for each problem, the
+author's 3xTF32 variant is emitted with each staging setting asked for, built with nvcc, run on the problem's
+seeded inputs, checked against the eager reference (worst error as a share of KernelBench's 1e-4/1e-4 tolerance:
+over 1 fails) and timed with CUDA events against the eager module. Faster than the whole optimize run (no search,
+no sandbox), so settings of one kernel can be compared in one device call; `--ncu` instead profiles each setting's
+kernels once (run it under `ncu`).
+
+    python3 scripts/bench_products.py --problems gemm_square gemm_transposed_b --stages 3 4 --min-blocks 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+import re
+import subprocess
+import tempfile
+import types
+from pathlib import Path
+
+import torch
+
+from cuda_agent.author import emit
+from cuda_agent.author.capture import capture_problem
+from cuda_agent.author.plan import plan_graph
+from cuda_agent.author.search import variants
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _events_ms(fn, iters: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def bench(problem: Path, stages: int, min_blocks: int, iters: int, work: Path, profile: bool) -> str:
+    source = problem.read_text()
+    plan = plan_graph(capture_problem(source))
+    chosen = [v for v in variants(plan, "cuda") if v.gemm == "tf32x3"]
+    if not chosen:
+        return f"{problem.stem}: no 3xTF32 variant (not a float32 product)"
+    emit.STAGES, emit.STAGE_MIN_BLOCKS = stages, min_blocks
+    cu = work / f"{problem.stem}-{stages}-{min_blocks}.cu"
+    cu.write_text(emit.emit_source(plan, "cuda", chosen[0]))
+    lib_path = cu.with_suffix(".so")
+    build = ["nvcc", "-O3", "-arch=native", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-o", str(lib_path)]
+    libraries = [f"-l{name}" for name in ("cublas", "cudnn") if f'#pragma comment(lib, "{name}")' in cu.read_text()]
+    built = subprocess.run([*build, str(cu), *libraries], capture_output=True, text=True)
+    if built.returncode:
+        return f"{problem.stem}: build failed\n{built.stderr[-2000:]}"
+    registers = sorted(set(re.findall(r"Used (\d+) registers", built.stderr)))
+    spills = any(int(v) for v in re.findall(r"(\d+) bytes spill stores", built.stderr))
+    lib = ctypes.CDLL(str(lib_path))
+    module = types.ModuleType("bench_problem")
+    exec(compile(source, str(problem), "exec"), module.__dict__)
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs()).cuda()
+    inputs = [t.cuda() if isinstance(t, torch.Tensor) else t for t in module.get_inputs()]
+    with torch.no_grad():
+        ref = model(*inputs)
+    refs = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    buffers = {n.name: t.contiguous() for n, t in zip(plan.graph.inputs, tensors, strict=True)}
+    buffers |= {p.name: state[p.attrs["qualname"]].detach().contiguous() for p in plan.graph.params}
+    for name, node in plan.buffers.items():
+        buffers.setdefault(name, torch.empty(node.shape, dtype=getattr(torch, node.dtype), device="cuda"))
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    calls = [
+        (getattr(lib, k.name), [ctypes.c_void_p(buffers[b].data_ptr()) for b in [*k.reads, *k.writes]])
+        for k in plan.kernels
+    ]
+
+    def ours() -> None:
+        for fn, args in calls:
+            fn(*args, stream)
+
+    if profile:
+        ours()
+        torch.cuda.synchronize()
+        return f"{problem.stem} stages={stages} min_blocks={min_blocks}: profiled"
+    ours()
+    torch.cuda.synchronize()
+    worst = max(
+        ((o.double() - r.double()).abs() / (1e-4 + 1e-4 * r.double().abs())).max().item()
+        for o, r in zip((buffers[o] for o in plan.outputs), refs, strict=True)
+    )
+    ours_ms = _events_ms(ours, iters)
+    with torch.no_grad():
+        eager_ms = _events_ms(lambda: model(*inputs), iters)
+    return (
+        f"{problem.stem:28s} stages={stages} min_blocks={min_blocks} regs={'/'.join(registers)}"
+        f"{' SPILLS' if spills else ''}  ours {ours_ms:8.3f} ms  eager {eager_ms:8.3f} ms  "
+        f"eager/ours {eager_ms / ours_ms:5.2f}  worst error {worst:5.2f} of tolerance{' FAIL' if worst > 1 else ''}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--problems", nargs="+", required=True, help="examples/dev stems or paths")
+    parser.add_argument("--stages", nargs="+", type=int, default=[emit.STAGES])
+    parser.add_argument("--min-blocks", nargs="+", type=int, default=[emit.STAGE_MIN_BLOCKS])
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--ncu", action="store_true", help="run each setting once, untimed (under ncu)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, stages, min_blocks in itertools.product(args.problems, args.stages, args.min_blocks):
+            path = Path(name) if name.endswith(".py") else ROOT / "examples" / "dev" / f"{name}.py"
+            print(bench(path, stages, min_blocks, args.iters, Path(tmp), args.ncu), flush=True)
+
+
+if __name__ == "__main__":
+    main()
