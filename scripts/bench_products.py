@@ -5,7 +5,7 @@ over 1 fails) and timed with CUDA events against the eager module. Faster than t
 no sandbox), so settings of one kernel can be compared in one device call; `--ncu` instead profiles each setting's
 kernels once (run it under `ncu`).
 
-    python3 scripts/bench_products.py --problems gemm_square gemm_transposed_b --stages 3 4 --min-blocks 1 2
+    python3 scripts/bench_products.py --problems gemm_square gemm_transposed_b --stages 3 4
 """
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ def _events_ms(fn, iters: int) -> float:
     return start.elapsed_time(end) / iters
 
 
-def bench(problem: Path, stages: int, min_blocks: int, iters: int, work: Path, profile: bool) -> str:
+def bench(problem: Path, stages: int, iters: int, work: Path, profile: bool) -> str:
     source = problem.read_text()
     plan = plan_graph(capture_problem(source))
     chosen = [v for v in variants(plan, "cuda") if v.gemm == "tf32x3"]
     if not chosen:
         return f"{problem.stem}: no 3xTF32 variant (not a float32 product)"
-    emit.STAGES, emit.STAGE_MIN_BLOCKS = stages, min_blocks
-    cu = work / f"{problem.stem}-{stages}-{min_blocks}.cu"
+    emit.STAGES = stages
+    cu = work / f"{problem.stem}-{stages}.cu"
     cu.write_text(emit.emit_source(plan, "cuda", chosen[0]))
     lib_path = cu.with_suffix(".so")
     build = ["nvcc", "-O3", "-arch=native", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-o", str(lib_path)]
@@ -86,7 +86,7 @@ def bench(problem: Path, stages: int, min_blocks: int, iters: int, work: Path, p
     if profile:
         ours()
         torch.cuda.synchronize()
-        return f"{problem.stem} stages={stages} min_blocks={min_blocks}: profiled"
+        return f"{problem.stem} stages={stages}: profiled"
     ours()
     torch.cuda.synchronize()
     worst = max(
@@ -97,7 +97,7 @@ def bench(problem: Path, stages: int, min_blocks: int, iters: int, work: Path, p
     with torch.no_grad():
         eager_ms = _events_ms(lambda: model(*inputs), iters)
     return (
-        f"{problem.stem:28s} stages={stages} min_blocks={min_blocks} regs={'/'.join(registers)}"
+        f"{problem.stem:28s} stages={stages} regs={'/'.join(registers)}"
         f"{' SPILLS' if spills else ''}  ours {ours_ms:8.3f} ms  eager {eager_ms:8.3f} ms  "
         f"eager/ours {eager_ms / ours_ms:5.2f}  worst error {worst:5.2f} of tolerance{' FAIL' if worst > 1 else ''}"
     )
@@ -107,14 +107,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", nargs="+", required=True, help="examples/dev stems or paths")
     parser.add_argument("--stages", nargs="+", type=int, default=[emit.STAGES])
-    parser.add_argument("--min-blocks", nargs="+", type=int, default=[emit.STAGE_MIN_BLOCKS])
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--ncu", action="store_true", help="run each setting once, untimed (under ncu)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        for name, stages, min_blocks in itertools.product(args.problems, args.stages, args.min_blocks):
+        for name, stages in itertools.product(args.problems, args.stages):
             path = Path(name) if name.endswith(".py") else ROOT / "examples" / "dev" / f"{name}.py"
-            print(bench(path, stages, min_blocks, args.iters, Path(tmp), args.ncu), flush=True)
+            print(bench(path, stages, args.iters, Path(tmp), args.ncu), flush=True)
 
 
 if __name__ == "__main__":

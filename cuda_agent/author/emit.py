@@ -1250,9 +1250,9 @@ extern "C" void {name}({launcher}) {{
 """
 
 
-STAGES = 3  # K steps of the staged product in flight: 3 x 36 KB of shared memory, two blocks an SM by it
+STAGES = 3  # K steps of the staged product in flight (36-40 KB of shared memory each; one block an SM by its
+# ~250 registers a thread)
 STAGE_K = 32
-STAGE_MIN_BLOCKS = 1  # blocks an SM the staged product's registers are bounded for (2: 128 registers, some spilled)
 
 
 def _staged_tf32x3(
@@ -1315,7 +1315,7 @@ def _staged_tf32x3(
         cp_async_commit();  // a group every step, empty past K: the wait below counts groups"""
     smem = STAGES * (a_size + b_size) * 4
     return f"""// {what}; 128x128 tiles of C on TF32 tensor cores, K steps of {STAGE_K}, {STAGES} in flight.
-__global__ void __launch_bounds__(256, {STAGE_MIN_BLOCKS}) {name}_kernel({params}) {{
+__global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     extern __shared__ __align__(16) float tile_smem[];
     float* const as = tile_smem;  // [stage][A's tile]
     float* const bs = tile_smem + {STAGES * a_size};  // [stage][B's tile]
