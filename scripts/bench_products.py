@@ -11,6 +11,7 @@ kernels once (run it under `ncu`).
 from __future__ import annotations
 
 import argparse
+import copy
 import ctypes
 import itertools
 import re
@@ -27,6 +28,10 @@ from cuda_agent.author.plan import plan_graph
 from cuda_agent.author.search import variants
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
 def _events_ms(fn, iters: int) -> float:
@@ -89,10 +94,16 @@ def bench(problem: Path, stages: int, iters: int, work: Path, profile: bool) -> 
         return f"{problem.stem} stages={stages}: profiled"
     ours()
     torch.cuda.synchronize()
-    worst = max(
-        ((o.double() - r.double()).abs() / (1e-4 + 1e-4 * r.double().abs())).max().item()
-        for o, r in zip((buffers[o] for o in plan.outputs), refs, strict=True)
-    )
+    # The verifier's rule (eval/compare.py): within the tolerance of the reference, or as close to a float64 run
+    # of it as the reference is, plus the tolerance (the reference's own rounding at K = 8192 outgrows 1e-4).
+    with torch.no_grad():
+        exact = copy.deepcopy(model).double()(*[t.double() if _real(t) else t for t in inputs])
+    exacts = [exact] if isinstance(exact, torch.Tensor) else list(exact)
+    worst = 0.0
+    for o, r, e in zip((buffers[o].double() for o in plan.outputs), (r.double() for r in refs), exacts, strict=True):
+        against_ref = (o - r).abs() / (1e-4 + 1e-4 * r.abs())
+        against_exact = (o - e).abs() / (1e-4 + 1e-4 * e.abs() + (r - e).abs())
+        worst = max(worst, torch.minimum(against_ref, against_exact).max().item())
     ours_ms = _events_ms(ours, iters)
     with torch.no_grad():
         eager_ms = _events_ms(lambda: model(*inputs), iters)
