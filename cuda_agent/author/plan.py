@@ -596,9 +596,14 @@ class Planner:
     def _window(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
         """Pooling: a small loop nest over the window of a materialized source, over its last 2 or 3 dims. Taps
         outside the input (padding, ceil mode) are skipped; adaptive windows span [floor(i*n/m), ceil((i+1)*n/m))."""
-        src = node.args[0]
-        buffer = self.materialize(src)
-        kernel.reads[buffer] = src
+        src = base = node.args[0]
+        # A reshape keeps a contiguous buffer's element order: the window reads the buffer under it at the same
+        # flat offsets (a 1-d pool is a 2-d one of an unsqueezed input), where a copy would move every element once
+        # more.
+        while base.kind is OpKind.VIEW and base.op == "reshape":
+            base = base.args[0]
+        buffer = self.materialize(base)
+        kernel.reads[buffer] = base
         a, t = node.attrs, node.ctype
         first = len(src.shape) - a["spatial"]
         identity, combine = reduction(a["reduce"], node.ctype)

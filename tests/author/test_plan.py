@@ -219,3 +219,11 @@ def test_sources_too_large_to_build_are_refused(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(emit, "MAX_SOURCE_BYTES", 4096)
     refused = author_problem(problems.SOFTMAX, "cuda").unsupported
     assert refused.startswith("the emitted kernels come to") and "a build finishes in time" in refused
+
+
+@pytest.mark.parametrize("pool", ["nn.MaxPool1d(4, stride=2, padding=1)", "nn.AvgPool1d(8, stride=4)"])
+def test_a_1d_pool_reads_its_input_under_the_unsqueeze(pool: str) -> None:
+    """A 1-d pool is a 2-d one of the input unsqueezed: one kernel, reading the input itself (no copy first)."""
+    source = problems.problem(f"        self.pool = {pool}", "        return self.pool(x)", "[torch.randn(2, 3, 40)]")
+    (kernel,) = _kernels(source)
+    assert set(kernel.reads) == {"in0"} and set(kernel.writes) == {"out0"}
