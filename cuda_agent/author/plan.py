@@ -750,7 +750,10 @@ class Planner:
     def _operand(self, node: Node) -> Operand:
         """How a product reads ``node``: a buffer through the strides of the views over it, and a scalar factor
         (``x * c`` read as x, c applied to the product's sum: SDPA scales both q and k by d^-1/4), where the views
-        allow; otherwise ``node`` materialized contiguously."""
+        allow; otherwise ``node`` materialized contiguously. The buffer under the views is materialized where it is
+        not yet: a transposed operand is then written once in its producer's order and read transposed, and a
+        softmax reshaped into a batch of products is one kernel of its own rows (its statistics and outputs), not
+        statistics staged for a copy in the reshaped rows."""
         base, strides, scale = node, None, 1.0
         chain: list[Node] = []
         while id(base) not in self.materialized:
@@ -761,12 +764,11 @@ class Planner:
                 scale, base = scale * factor[0], factor[1]
             else:
                 break
-        if id(base) in self.materialized or base.kind in _MATERIALIZED:
-            strides = contiguous_strides(base.shape)
-            for view in reversed(chain):
-                strides = _view_strides(view, strides)
-                if strides is None:
-                    break
+        strides = contiguous_strides(base.shape)
+        for view in reversed(chain):
+            strides = _view_strides(view, strides)
+            if strides is None:
+                break
         if strides is None:  # an arithmetic producer or an irregular view: materialize it contiguously first
             base, strides, scale = node, contiguous_strides(node.shape), 1.0
         buffer = self.materialize(base)

@@ -227,3 +227,26 @@ def test_a_1d_pool_reads_its_input_under_the_unsqueeze(pool: str) -> None:
     source = problems.problem(f"        self.pool = {pool}", "        return self.pool(x)", "[torch.randn(2, 3, 40)]")
     (kernel,) = _kernels(source)
     assert set(kernel.reads) == {"in0"} and set(kernel.writes) == {"out0"}
+
+
+def test_a_softmax_between_batched_products_is_one_kernel() -> None:
+    """The softmax is reshaped into a batch of products: it is written in its own rows by one kernel (statistics
+    and outputs), which the second product reads through the reshape, not staged statistics and then a copy."""
+    source = problems.problem(
+        "        pass",
+        "        return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v",
+        "[torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)]",
+        args="q, k, v",
+    )
+    first, softmax, second = _kernels(source)
+    assert isinstance(first, GemmKernel) and isinstance(second, GemmKernel) and isinstance(softmax, RowKernel)
+    assert [r.node.op for r in softmax.reductions] == ["amax", "sum"] and second.a.buffer in softmax.writes
+
+
+def test_an_operand_computed_then_transposed_is_read_through_the_transpose() -> None:
+    source = problems.problem(
+        "        pass", "        return a @ (b * 2.0 + 1.0).t()", "[torch.randn(6, 8), torch.randn(5, 8)]", args="a, b"
+    )
+    rows, gemm = _kernels(source)
+    assert isinstance(rows, RowKernel) and isinstance(gemm, GemmKernel)
+    assert rows.shape == (5, 8) and gemm.b.buffer in rows.writes and list(gemm.b.strides) == [1, 8]
