@@ -596,14 +596,9 @@ class Planner:
     def _window(self, kernel: RowKernel, scope: Scope, node: Node, coords: Coords) -> str:
         """Pooling: a small loop nest over the window of a materialized source, over its last 2 or 3 dims. Taps
         outside the input (padding, ceil mode) are skipped; adaptive windows span [floor(i*n/m), ceil((i+1)*n/m))."""
-        src = base = node.args[0]
-        # A reshape keeps a contiguous buffer's element order: the window reads the buffer under it at the same
-        # flat offsets (a 1-d pool is a 2-d one of an unsqueezed input), where a copy would move every element once
-        # more.
-        while base.kind is OpKind.VIEW and base.op == "reshape":
-            base = base.args[0]
-        buffer = self.materialize(base)
-        kernel.reads[buffer] = base
+        src = node.args[0]
+        buffer = self._contiguous(src)  # a 1-d pool is a 2-d one of the unsqueezed input
+        kernel.reads[buffer] = src
         a, t = node.attrs, node.ctype
         first = len(src.shape) - a["spatial"]
         identity, combine = reduction(a["reduce"], node.ctype)
@@ -747,6 +742,14 @@ class Planner:
         d = self.value(kernel, scope, diag, (i, i))
         return f"({d} * {self.value(kernel, scope, other, coords)})"
 
+    def _contiguous(self, node: Node) -> str:
+        """A buffer holding ``node``'s elements contiguously in its shape: a reshape's is the buffer under it (a
+        reshape keeps a contiguous buffer's element order), where a copy would move every element once more."""
+        base = node
+        while base.kind is OpKind.VIEW and base.op == "reshape" and id(base) not in self.materialized:
+            base = base.args[0]
+        return self.materialize(base)
+
     def _operand(self, node: Node) -> Operand:
         """How a product reads ``node``: a buffer through the strides of the views over it, and a scalar factor
         (``x * c`` read as x, c applied to the product's sum: SDPA scales both q and k by d^-1/4), where the views
@@ -790,9 +793,9 @@ class Planner:
     def _conv(self, node: Node, out: str) -> ConvKernel:
         if node.dtype not in ("float32", *HALF_TYPES) or any(a.dtype != node.dtype for a in node.args[:2]):
             raise Unsupported(f"convolution in {node.dtype}")
-        x, w = (self.materialize(a) for a in node.args[:2])
+        x, w = (self._contiguous(a) for a in node.args[:2])
         kernel = ConvKernel("", node, x, w, out)
-        kernel.reads = {x: self.buffers[x], w: self.buffers[w]}
+        kernel.reads = {x: node.args[0], w: node.args[1]}
         kernel.writes = {out: node}
         return kernel
 

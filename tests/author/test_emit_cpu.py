@@ -103,6 +103,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "x",
     ),
     "conv3d": ("self.conv = nn.Conv3d(3, 4, 2, padding=1)", "return self.conv(x)", "[torch.randn(2, 3, 4, 5, 3)]", "x"),
+    # the convolution reads the flat input itself, in the view's shape
+    "conv2d_of_a_view": (
+        "self.conv = nn.Conv2d(3, 4, 3, padding=1)",
+        "return self.conv(x.view(2, 3, 6, 5))",
+        "[torch.randn(2, 90)]",
+        "x",
+    ),
     "conv_transpose2d": (
         "self.conv = nn.ConvTranspose2d(4, 8, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=2)",
         "return self.conv(x) * 2",

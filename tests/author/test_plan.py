@@ -250,3 +250,13 @@ def test_an_operand_computed_then_transposed_is_read_through_the_transpose() -> 
     rows, gemm = _kernels(source)
     assert isinstance(rows, RowKernel) and isinstance(gemm, GemmKernel)
     assert rows.shape == (5, 8) and gemm.b.buffer in rows.writes and list(gemm.b.strides) == [1, 8]
+
+
+def test_a_convolution_of_a_reshaped_input_reads_the_input_itself() -> None:
+    source = problems.problem(
+        "        self.c = nn.Conv2d(3, 4, 3, bias=False)",
+        "        return self.c(x.view(2, 3, 6, 5))",
+        "[torch.randn(2, 90)]",
+    )
+    (conv,) = _kernels(source)
+    assert conv.x == "in0" and conv.x_shape == (2, 3, 6, 5)
