@@ -12,7 +12,8 @@
 # `synth` runs (or goes on with) a cuda synthesis of SYNTH_N problems (default 1000, seed SYNTH_SEED=1) for
 # SYNTH_TIMEOUT seconds (default 540) with its checkpoint at SYNTH_CHECKPOINT (default bench-results/synth.json,
 # copied to $OUT after every run: bring it back into the checkout, and the next call goes on from it).
-# `dev` goes on with the development suite's optimize run (issue 14) for DEV_TIMEOUT seconds (default 540), resuming
+# `dev` goes on with the development suite's optimize run (issue 14, DEV_BUDGET seconds a problem, default 90: an
+# 8192^3 float32 product takes ~70 s to try two variants) for DEV_TIMEOUT seconds (default 540), resuming
 # from DEV_JSON (default bench-results/dev.json, copied to $OUT after the run: bring it back into the checkout);
 # DEV_ONLY="a b" measures only those problems (file stems); DEV_REDO="a b" measures those again though DEV_JSON has
 # their rows (a newer author), replacing them.
@@ -115,7 +116,7 @@ only=()
 for name in ${DEV_ONLY:-}; do only+=(--only "$name"); done
 for name in ${DEV_REDO:-}; do only+=(--redo "$name"); done
 timeout "${DEV_TIMEOUT:-540}" python3 -m cuda_agent.cli bench optimize --problems examples/dev --device cuda \
-  --time-budget-s 60 --json "$rows" --resume "${only[@]}" 2>&1 | tee "$OUT/dev.log" | tail -n 80
+  --time-budget-s "${DEV_BUDGET:-90}" --json "$rows" --resume "${only[@]}" 2>&1 | tee "$OUT/dev.log" | tail -n 80
 cp "$rows" "$OUT/" 2>/dev/null
 fi
 
