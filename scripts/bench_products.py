@@ -72,12 +72,7 @@ def bench(problem: Path, stages: int, iters: int, work: Path, profile: bool) -> 
     with torch.no_grad():
         ref = model(*inputs)
     refs = [ref] if isinstance(ref, torch.Tensor) else list(ref)
-    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    buffers = {n.name: t.contiguous() for n, t in zip(plan.graph.inputs, tensors, strict=True)}
-    buffers |= {p.name: state[p.attrs["qualname"]].detach().contiguous() for p in plan.graph.params}
-    for name, node in plan.buffers.items():
-        buffers.setdefault(name, torch.empty(node.shape, dtype=getattr(torch, node.dtype), device="cuda"))
+    buffers = plan.bind(model, inputs, "cuda")
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     calls = [
         (getattr(lib, k.name), [ctypes.c_void_p(buffers[b].data_ptr()) for b in [*k.reads, *k.writes]])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from cuda_agent.author.ir import (
     BINARY,
@@ -298,6 +299,19 @@ class Plan:
     buffers: dict[str, Node]  # every tensor the kernels touch: in*, p*, b* (scratch), out*
     outputs: list[str]  # the buffer of each graph output, in order
     fast_math: bool = False  # its float math as ir.FAST_FLOAT
+
+    def bind(self, model: Any, inputs: list[Any], device: str = "cpu") -> dict[str, Any]:
+        """Every buffer as a tensor for calling the launchers directly (tests, kernel benchmarks): the forward's
+        tensor inputs and the module's parameters and buffers contiguous, the rest allocated on ``device``."""
+        import torch
+
+        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        bound = {n.name: t.contiguous() for n, t in zip(self.graph.inputs, tensors, strict=True)}
+        bound |= {p.name: state[p.attrs["qualname"]].detach().contiguous() for p in self.graph.params}
+        for name, node in self.buffers.items():
+            bound.setdefault(name, torch.empty(node.shape, dtype=getattr(torch, node.dtype), device=device))
+        return bound
 
     def describe(self) -> str:
         lines = []

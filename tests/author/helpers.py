@@ -67,12 +67,7 @@ def _run(
     with torch.no_grad():
         ref = model(*inputs)
     refs = [ref] if isinstance(ref, torch.Tensor) else list(ref)
-    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    buffers = {n.name: t.contiguous() for n, t in zip(plan.graph.inputs, tensors, strict=True)}
-    buffers |= {p.name: state[p.attrs["qualname"]].detach().contiguous() for p in plan.graph.params}
-    for name, node in plan.buffers.items():
-        buffers.setdefault(name, torch.empty(node.shape, dtype=getattr(torch, node.dtype)))
+    buffers = plan.bind(model, inputs)
     for kernel in plan.kernels:
         args = [ctypes.c_void_p(buffers[b].data_ptr()) for b in [*kernel.reads, *kernel.writes]]
         getattr(lib, kernel.name)(*args, *([ctypes.c_void_p(None)] if stream else []))
