@@ -786,7 +786,7 @@ class Planner:
             strides = _view_strides(view, strides)
             if strides is None:
                 break
-        if strides is None:  # an arithmetic producer or an irregular view: materialize it contiguously first
+        if strides is None:  # an irregular view: materialize it contiguously first
             base, strides, scale = node, contiguous_strides(node.shape), 1.0
         buffer = self.materialize(base)
         return Operand(buffer, self.buffers[buffer], strides, scale)
