@@ -54,6 +54,7 @@ def bench(problem: Path, stages: int, iters: int, work: Path, profile: bool) -> 
         return f"{problem.stem}: no 3xTF32 variant (not a float32 product)"
     emit.STAGES = stages
     cu = work / f"{problem.stem}-{stages}.cu"
+    plan = emit.variant_plan(plan, "cuda", chosen[0])
     cu.write_text(emit.emit_source(plan, "cuda", chosen[0]))
     lib_path = cu.with_suffix(".so")
     build = ["nvcc", "-O3", "-arch=native", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-o", str(lib_path)]

@@ -33,6 +33,7 @@ from cuda_agent.author.plan import (
     Scope,
     c_literal,
     contiguous_strides,
+    fuse_epilogues,
     linear_index,
     plan_graph,
 )
@@ -1014,14 +1015,47 @@ def _scaled(g: GemmKernel, value: str) -> str:
 
 
 def _gemm_buffers(g: GemmKernel) -> list[str]:
-    """Our GEMM kernels' parameters: A, B (once where both are one buffer, as in x @ x.T) and C."""
-    return [*dict.fromkeys([g.a.buffer, g.b.buffer]), g.out]
+    """Our GEMM kernels' parameters: A, B (once where both are one buffer, as in x @ x.T), what an epilogue reads
+    besides, and C or the epilogue's outputs."""
+    return _kernel_buffers(g, [g.a.buffer, g.b.buffer])
+
+
+def _kernel_buffers(k: GemmKernel | ConvKernel, operands: list[str]) -> list[str]:
+    return [*dict.fromkeys([*operands, *k.reads]), *k.writes]
+
+
+def _kernel_params(k: GemmKernel | ConvKernel, buffers: list[str]) -> str:
+    """C parameters of ``buffers`` (read ones const) in their storage types."""
+    return ", ".join(
+        f"const {k.reads[b].storage}* __restrict__ {b}" if b in k.reads else f"{k.writes[b].storage}* __restrict__ {b}"
+        for b in buffers
+    )
 
 
 def _gemm_params(g: GemmKernel) -> str:
-    e = g.node.storage
-    *operands, out = _gemm_buffers(g)
-    return ", ".join([*(f"const {e}* __restrict__ {x}" for x in operands), f"{e}* __restrict__ {out}"])
+    return _kernel_params(g, _gemm_buffers(g))
+
+
+def _put(k: GemmKernel | ConvKernel, flat: str, coords: tuple[str, ...], value: str) -> str:
+    """The statement storing the output element at ``flat`` (its coordinates ``coords``), ``value`` in the compute
+    type: into the output, or through the kernel's epilogue (``plan.fuse_epilogues``) into the epilogue's outputs.
+    The epilogue's statements are the elementwise kernel's own for that element; what they need of the enclosing
+    kernel is copied first, since their names (``o``, ``i0``...) may shadow its names."""
+    r = k.epilogue
+    if r is None:
+        return stored(k.node, f"{k.out}[{flat}]", value)
+    lines = [f"const {k.node.ctype} ep_v = {value};", f"const int64_t ep_o = {flat};"]
+    lines += [f"const int64_t ep_{j} = {c};" for j, c in enumerate(coords)]
+    lines += ["const int64_t o = ep_o;", *(f"const int64_t i{j} = ep_{j};" for j in range(len(coords)))]
+    lines += _scope_body(r, r.out_scope, "o", {k.out: "ep_v"})
+    lines += [stored(r.writes[b], f"{b}[o]", v) for b, v in r.full_outputs]
+    return "{\n" + _indent(lines, 4) + "\n}"
+
+
+def _gemm_put(g: GemmKernel, value: str) -> str:
+    """``_put`` of our GEMM kernels' element at ``row``, ``col`` of the product ``batch``."""
+    flat = f"batch * {g.m * g.n}LL + row * {g.n}LL + col"
+    return _put(g, flat, ("batch", "row", "col")[3 - len(g.node.shape) :], _scaled(g, value))
 
 
 def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
@@ -1033,7 +1067,7 @@ def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     s = _strides(g)
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
     a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
-    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "acc[i][j]"))
+    out = _gemm_put(g, "acc[i][j]")
     return f"""
 // {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; {t}x{t} tiles of C, {r}x{r} per thread, K steps of {w}.
 __global__ void __launch_bounds__({w * w}) {g.name}_kernel({_gemm_params(g)}) {{
@@ -1092,7 +1126,6 @@ def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
     """Our GEMM on the pipelined tile kernel (``_pipelined``): A and B through their strides."""
     s = _strides(g)
     a_element, b_element = _tile_elements(g)
-    at = f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]"
     a_along_k, b_along_k = s["sak"] == 1 or s["sam"] != 1, s["sbn"] != 1 and s["sbk"] == 1
 
     def wide(along: int, others: tuple[int, ...]) -> bool:
@@ -1114,7 +1147,7 @@ def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
         setup,
         TileOperand([f"va = {loaded(g.node, a_element)};"], a_along_k, a_element if a_vector else None, "pa"),
         TileOperand([f"vb = {loaded(g.node, b_element)};"], b_along_k, b_element if b_vector else None, "pb"),
-        lambda value: stored(g.node, at, _scaled(g, value)),
+        lambda value: _gemm_put(g, value),
         tensor_cores,
     )
 
@@ -1510,7 +1543,7 @@ def _cuda_gemm_wmma(g: GemmKernel) -> str:
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
     to_storage = HALF_TYPES[g.node.dtype][2]
     a_elem, b_elem = _tile_elements(g)
-    out = stored(g.node, f"{g.out}[batch * {g.m * g.n}LL + row * {g.n}LL + col]", _scaled(g, "cs[idx / 64][idx % 64]"))
+    out = _gemm_put(g, "cs[idx / 64][idx % 64]")
     return f"""
 // {g.node.op} on tensor cores: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 64x64 tiles, 32x32 per warp, K steps of 32.
 __global__ void __launch_bounds__(128) {g.name}_kernel({_gemm_params(g)}) {{
@@ -1622,12 +1655,12 @@ extern "C" int {g.name}({_launcher_params(g, "cuda")}) {{
 def _cpu_gemm(g: GemmKernel, variant: Variant) -> str:
     s = _strides(g)
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
-    row = f"{g.out} + batch * {g.m * g.n}LL + m * {g.n}LL"
-    if e == "float":
-        accumulate, store = f"float* c = {row};", ""
-    else:  # a 16-bit product accumulates its row in float and rounds once, as cuBLAS does
-        accumulate = f"std::vector<float> acc({g.n}); float* c = acc.data(); {e}* out_row = {row};"
-        store = f"for (int64_t n = 0; n < {g.n}LL; ++n) {stored(g.node, 'out_row[n]', 'c[n]')}"
+    if e == "float" and g.epilogue is None:
+        accumulate, store = f"float* c = {g.out} + batch * {g.m * g.n}LL + m * {g.n}LL;", ""
+    else:  # a 16-bit product accumulates its row in float and rounds once, as cuBLAS does; an epilogue reads it
+        accumulate = f"std::vector<float> acc({g.n}); float* c = acc.data();"
+        flat, coords = f"batch * {g.m * g.n}LL + m * {g.n}LL + n", ("batch", "m", "n")[3 - len(g.node.shape) :]
+        store = f"for (int64_t n = 0; n < {g.n}LL; ++n) {_put(g, flat, coords, 'c[n]')}"
     a_load = loaded(g.node, f"{a}[batch * {s['sab']}LL + m * {s['sam']}LL + k * {s['sak']}LL]")
     b_load = loaded(g.node, f"brow[n * {s['sbn']}LL]")
     return f"""
@@ -1700,8 +1733,8 @@ def _conv_body(k: ConvKernel) -> tuple[tuple[int, ...], list[str]]:
         put("}")
     positions = tuple(f"i{j + 2}" for j in range(spatial))
     for t in range(tile):
-        at = linear_index(out, ("i0", f"(co + {t})" if t else "co", *positions))
-        put(stored(k.node, f"{k.out}[{at}]", f"acc{t}"))
+        coords = ("i0", f"(co + {t})" if t else "co", *positions)
+        put(_put(k, linear_index(out, coords), coords, f"acc{t}"))
     return space, lines
 
 
@@ -1720,9 +1753,9 @@ extern "C" void {k.name}({_launcher_params(k, "cpu")}) {{
 
 
 def _conv_params(k: ConvKernel) -> str:
-    """Our convolution kernels' parameters: the input and the weights, then the output, in their storage types."""
-    params = [f"const {n.storage}* __restrict__ {b}" for b, n in k.reads.items()]
-    return ", ".join([*params, f"{k.node.storage}* __restrict__ {k.out}"])
+    """Our convolution kernels' parameters: the input and the weights (and what an epilogue reads besides), then the
+    output or the epilogue's outputs, in their storage types."""
+    return _kernel_params(k, _kernel_buffers(k, []))
 
 
 def _cuda_conv(k: ConvKernel, variant: Variant) -> str:
@@ -1741,7 +1774,7 @@ __global__ void __launch_bounds__({block}) {k.name}_kernel({_conv_params(k)}) {{
 extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
     long long grid = ({total}LL + {block - 1}) / {block};
     if (grid > 65535LL * 8) grid = 65535LL * 8;  // the loop strides over the rest
-    {k.name}_kernel<<<(unsigned)grid, {block}, 0, stream>>>({", ".join([*k.reads, k.out])});
+    {k.name}_kernel<<<(unsigned)grid, {block}, 0, stream>>>({", ".join(_kernel_buffers(k, []))});
 }}
 """
 
@@ -1801,15 +1834,18 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     # A row of float32 weights, a multiple of 4 long, loads 16 bytes at a time (``TileOperand``)
     vector = f"{k.w}[{w_at}]" if not a["transposed"] and wnode.dtype == "float32" and depth % 4 == 0 else None
     y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
+    # The output's coordinates (an epilogue's): image, channel, and the position's digits
+    y_coords = [f"col / {positions}LL", f"batch * {cout_g}LL + row"]
+    y_coords += [f"col % {math.prod(out[2 + j :])}LL / {math.prod(out[3 + j :])}LL" for j in range(spatial)]
     return _pipelined(
         k.name,
         k.describe(),
-        (_conv_params(k), ", ".join([*k.reads, k.out]), _launcher_params(k, "cuda")),
+        (_conv_params(k), ", ".join(_kernel_buffers(k, [])), _launcher_params(k, "cuda")),
         (cout_g, out[0] * positions, depth, groups),
         setup,
         TileOperand(weights, True, vector, k.w),
         TileOperand(gather, False),
-        lambda value: stored(k.node, f"{k.out}[{y_at}]", value),
+        lambda value: _put(k, y_at, tuple(y_coords), value),
         tensor_cores,
     )
 
@@ -1912,9 +1948,25 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
 """
 
 
-def emit_source(plan: Plan, device: str, variant: Variant) -> str:
+def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
+    """The plan as ``variant`` runs it, which ``emit_source`` and ``emit_model_new`` take: its float math in the
+    variant's forms, and the elementwise kernels after our own products and convolutions fused into them as
+    epilogues (a vendor library's output is stored as it is: its epilogue stays a kernel)."""
     if variant.math == "fast" and not plan.fast_math:  # the same kernels, their float math in other forms
         plan = plan_graph(plan.graph, fast_math=True)
+
+    def own(k: GemmKernel | ConvKernel) -> bool:
+        if device != "cuda":
+            return True
+        if isinstance(k, ConvKernel):
+            return variant.conv in ("direct", "implicit")
+        return not variant.gemm.startswith("cublas") or _cublas_gemm(k, False) is None
+
+    return fuse_epilogues(plan, own)
+
+
+def emit_source(plan: Plan, device: str, variant: Variant) -> str:
+    """The kernels' source of ``plan`` as ``variant_plan`` gives it for ``variant``."""
     parts = [CUDA_PRELUDE if device == "cuda" else CPU_PRELUDE]
     if any(n.dtype in HALF_TYPES for n in plan.graph.nodes):
         parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)
@@ -2068,6 +2120,7 @@ def candidate_files(
     """A variant's files in the candidate ``form``: "project", or "workdir" (the project form converted, with
     ModelNew declaring the reference's state instead of embedding the reference)."""
     suffix = ".cu" if device == "cuda" else ".cpp"
+    plan = variant_plan(plan, device, variant)
     files = {
         f"{KERNELS_DIR}/{KERNEL_STEM}{suffix}": emit_source(plan, device, variant),
         MODEL_NEW_FILE: emit_model_new(plan, problem_source, device, workdir=form == "workdir"),

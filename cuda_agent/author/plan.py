@@ -8,14 +8,18 @@ last loop over D, reduced ones once per row. Softmax, log-softmax, logsumexp, la
 where read); a reduction whose row structure differs from the kernel reading it gets its own kernel and a buffer.
 Contractions (mm/bmm) are kernels of their own reading their operands through strides, so transposed weights cost
 no copy. Convolutions (any dimensionality, grouped, transposed) are kernels of their own too, reading a contiguous
-input; their bias is a broadcast add that fuses into the epilogue kernel after them.
+input; their bias is a broadcast add that fuses into the epilogue kernel after them. Where our own kernel runs a
+product or a convolution (not a vendor library's), that elementwise kernel becomes its epilogue (``fuse_epilogues``):
+the product's output goes from registers through the epilogue's statements to the final buffers, a pass over the
+output (read and written again) fewer.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cuda_agent.author.ir import (
@@ -257,6 +261,7 @@ class GemmKernel:
     alpha: float = 1.0  # the product's sums are scaled by this (the operands' factors, ``Operand.scale``)
     reads: dict[str, Node] = field(default_factory=dict)
     writes: dict[str, Node] = field(default_factory=dict)
+    epilogue: RowKernel | None = None  # ``fuse_epilogues``: computed from each output element instead of storing it
 
 
 @dataclass
@@ -271,6 +276,7 @@ class ConvKernel:
     out: str
     reads: dict[str, Node] = field(default_factory=dict)
     writes: dict[str, Node] = field(default_factory=dict)
+    epilogue: RowKernel | None = None  # ``fuse_epilogues``: computed from each output element instead of storing it
 
     @property
     def x_shape(self) -> tuple[int, ...]:
@@ -320,6 +326,9 @@ class Plan:
                 lines.append(k.describe())
             elif isinstance(k, GemmKernel):
                 lines.append(f"{k.name}: {k.node.op} [{k.batch}x]{k.m}x{k.n}x{k.k} -> {k.out}")
+            if not isinstance(k, RowKernel):
+                if k.epilogue is not None:
+                    lines[-1] += f"; epilogue {k.epilogue.name} writes {', '.join(k.writes)}"
             else:
                 reds = ", ".join(r.node.op for r in k.reductions) or "none"
                 lines.append(
@@ -999,3 +1008,48 @@ def pointwise_expr(node: Node, v: list[str], fast_math: bool = False) -> str:
 
 def plan_graph(graph: Graph, fast_math: bool = False) -> Plan:
     return Planner(graph, fast_math).plan()
+
+
+def fuse_epilogues(plan: Plan, own: Callable[[GemmKernel | ConvKernel], bool]) -> Plan:
+    """The plan with each elementwise kernel that only finishes a product's or a convolution's output (a bias, an
+    activation, a residual) made that kernel's epilogue, where ``own`` says our kernel runs it (a vendor library
+    stores its output as it is). The elementwise kernel must come right after it (so everything else it reads is
+    ready), span the output's shape, read the output only at its own element, and be its only reader; the output's
+    buffer is then never made."""
+    readers: dict[str, int] = {}
+    for k in plan.kernels:
+        for b in k.reads:
+            readers[b] = readers.get(b, 0) + 1
+    kernels: list[Kernel] = []
+    buffers = dict(plan.buffers)
+    pending = list(plan.kernels)
+    while pending:
+        k = pending.pop(0)
+        after = pending[0] if pending else None
+        if (
+            isinstance(k, GemmKernel | ConvKernel)
+            and isinstance(after, RowKernel)
+            and _finishes(after, k.out, k.node.shape)
+            and k.out not in plan.outputs
+            and readers.get(k.out) == 1
+            and own(k)
+        ):
+            pending.pop(0)
+            del buffers[k.out]
+            reads = {**k.reads, **{b: n for b, n in after.reads.items() if b != k.out}}
+            k = replace(k, reads=reads, writes=dict(after.writes), epilogue=after)
+        kernels.append(k)
+    return replace(plan, kernels=kernels, buffers=buffers)
+
+
+def _finishes(kernel: RowKernel, buffer: str, shape: tuple[int, ...]) -> bool:
+    """Whether ``kernel`` is elementwise over ``shape`` and reads ``buffer`` only at its own element."""
+    scope = kernel.out_scope
+    at_others = re.compile(rf"\b{buffer}\[")
+    return (
+        not kernel.reduced
+        and kernel.scan is None
+        and kernel.shape == shape
+        and buffer in scope.identity_loads
+        and not any(at_others.search(stmt) for stmt in scope.stmts)
+    )

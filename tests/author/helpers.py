@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.author import Variant, capture_problem, plan_graph
-from cuda_agent.author.emit import CUDA_MMA_PRELUDE, emit_source
+from cuda_agent.author.emit import CUDA_MMA_PRELUDE, emit_source, variant_plan
 from cuda_agent.author.plan import Plan
 
 EMULATOR = Path(__file__).with_name("cuda_emulator.h")
@@ -36,14 +36,14 @@ def emulated_cuda(source: str) -> str:
 
 def run_cpu(source: str, tmp: Path) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(ours, reference) outputs of one call on seeded inputs, on the C++/OpenMP back end."""
-    plan = plan_graph(capture_problem(source))
+    plan = variant_plan(plan_graph(capture_problem(source)), "cpu", Variant())
     (tmp / "k.cpp").write_text(emit_source(plan, "cpu", Variant()))
     return _run(plan, source, tmp, ["-fopenmp"])
 
 
 def run_emulated_cuda(source: str, tmp: Path, variant: Variant) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(ours, reference) outputs of one call on seeded inputs, on the CUDA back end's ``variant`` emulated."""
-    plan = plan_graph(capture_problem(source))
+    plan = variant_plan(plan_graph(capture_problem(source)), "cuda", variant)
     (tmp / "k.cpp").write_text(emulated_cuda(emit_source(plan, "cuda", variant)))
     return _run(plan, source, tmp, ["-std=c++20", "-pthread", "-Wno-unknown-pragmas"], stream=True)
 

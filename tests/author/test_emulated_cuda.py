@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cuda_agent.author import capture_problem, plan_graph
-from cuda_agent.author.emit import Variant
+from cuda_agent.author.emit import Variant, variant_plan
 from cuda_agent.author.plan import RowKernel
 from cuda_agent.author.search import variants
 from tests.author import problems
@@ -163,4 +163,41 @@ def test_our_convolutions_match_the_reference_emulated(name: str, tmp_path: Path
     source = problems.problem(init, "        return self.c(x)", inputs)
     ours = [v for v in variants(plan_graph(capture_problem(source)), "cuda") if v.conv in ("implicit", "direct")]
     assert {v.conv for v in ours} == {"implicit", "direct"}
+    _match_the_reference(source, tmp_path, ours)
+
+
+# Elementwise work after our products and convolutions, run as their epilogue (plan.fuse_epilogues): broadcast
+# operands by the output's coordinates, another operand at the output's own element, more than one output.
+EPILOGUES = {
+    "linear_gelu": problems.problem(
+        "        self.fc = nn.Linear(36, 70)", "        return F.gelu(self.fc(x))", "[torch.randn(130, 36)]"
+    ),
+    "bmm_scaled_residual": problems.problem(
+        "        pass",
+        "        y = torch.bmm(a, b) * 0.5 + r\n        return y, torch.sigmoid(y)",
+        "[torch.randn(2, 20, 17), torch.randn(2, 17, 132), torch.randn(2, 20, 132)]",
+        args="a, b, r",
+    ),
+    "conv_bias_relu_affine": problems.problem(
+        "        self.c = nn.Conv2d(4, 20, 3, stride=2, padding=1)\n"
+        "        self.register_buffer('scale', torch.rand(20, 1, 1) + 0.5)",
+        "        return torch.relu(self.c(x)) * self.scale + 0.25",
+        "[torch.randn(2, 4, 11, 9)]",
+    ),
+    "transposed_conv1d_bias_tanh": problems.problem(
+        "        self.c = nn.ConvTranspose1d(6, 10, 4, stride=3)",
+        "        return torch.tanh(self.c(x))",
+        "[torch.randn(2, 6, 9)]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EPILOGUES))
+def test_epilogues_of_our_products_and_convolutions_match_the_reference_emulated(name: str, tmp_path: Path) -> None:
+    source = EPILOGUES[name]
+    plan = plan_graph(capture_problem(source))
+    ours = [v for v in variants(plan, "cuda") if v.gemm in OUR_FP32_GEMMS or v.conv in ("implicit", "direct")]
+    assert len(ours) >= 2
+    for variant in ours:
+        assert any(getattr(k, "epilogue", None) for k in variant_plan(plan, "cuda", variant).kernels), variant.label()
     _match_the_reference(source, tmp_path, ours)

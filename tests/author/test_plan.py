@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
-from cuda_agent.author.plan import GemmKernel, RowKernel, linear_index, reshape_coords
+from cuda_agent.author.plan import ConvKernel, GemmKernel, RowKernel, fuse_epilogues, linear_index, reshape_coords
 from tests.author import problems
 
 
@@ -260,3 +260,43 @@ def test_a_convolution_of_a_reshaped_input_reads_the_input_itself() -> None:
     )
     (conv,) = _kernels(source)
     assert conv.x == "in0" and conv.x_shape == (2, 3, 6, 5)
+
+
+def _own(_: GemmKernel | ConvKernel) -> bool:
+    return True
+
+
+def test_the_elementwise_kernel_after_our_product_becomes_its_epilogue() -> None:
+    plan = plan_graph(capture_problem(problems.LINEAR_RELU))
+    gemm, epilogue = plan.kernels
+    (fused,) = fuse_epilogues(plan, _own).kernels
+    assert isinstance(fused, GemmKernel) and fused.epilogue is epilogue
+    assert set(fused.reads) == {"in0", "p0", "p1"} and set(fused.writes) == set(epilogue.writes)
+    assert gemm.out not in fuse_epilogues(plan, _own).buffers  # never allocated
+    # A vendor library stores its product as it is: the elementwise kernel stays.
+    assert fuse_epilogues(plan, lambda k: False).kernels == plan.kernels
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "        y = x @ w\n        return y, torch.relu(y)",  # the product is an output as well
+        "        return torch.relu(x @ w).t() + 1.0",  # the elementwise kernel is not over the product's shape
+        "        y = x @ w\n        return y + y.t()",  # the product read at another element
+        "        y = x @ w\n        return torch.relu(y), y.sum(dim=1)",  # another kernel reads the product
+    ],
+)
+def test_no_epilogue_where_the_product_is_needed_elsewhere_or_otherwise(forward: str) -> None:
+    source = problems.problem("        pass", forward, "[torch.randn(12, 12), torch.randn(12, 12)]", args="x, w")
+    plan = plan_graph(capture_problem(source))
+    assert not any(getattr(k, "epilogue", None) for k in fuse_epilogues(plan, _own).kernels)
+
+
+def test_a_convolution_takes_its_bias_and_activation_as_an_epilogue() -> None:
+    source = problems.problem(
+        "        self.c = nn.Conv2d(3, 8, 3, padding=1)",
+        "        return F.relu(self.c(x)) * 2.0",
+        "[torch.randn(2, 3, 9, 9)]",
+    )
+    (conv,) = fuse_epilogues(plan_graph(capture_problem(source)), _own).kernels
+    assert isinstance(conv, ConvKernel) and conv.epilogue is not None and list(conv.writes) == ["out0"]
