@@ -144,6 +144,14 @@ def author_sandboxed(source: str, device: str, tf32: bool = False, form: str = "
     return Authored(data["unsupported"], data["plan"], [(label, files) for label, files in data["variants"]])
 
 
+def _verdict(verify_text: str) -> str:
+    lines = verify_text.splitlines()
+    first = lines[0].removeprefix("verify: ") if lines else "no answer"
+    trials = next((line.removeprefix("correct: ") for line in lines if line.startswith("correct: ")), "")
+    # No semicolons: the policy's summary separates the variants by them.
+    return (first + (f", {trials}" if trials else "")).replace(";", ",")[:300]
+
+
 def main() -> None:
     """The child: problem source and device as JSON on stdin, ``Authored`` as JSON to argv[1]."""
     request = json.loads(sys.stdin.read())
@@ -156,6 +164,9 @@ class Trial:
     label: str
     correct: bool
     median_ms: float | None
+    # What the verifier said of a variant it did not pass (its verdict's first line, the trials passed): a
+    # benchmark's table keeps it, so a variant that fails at some sizes only shows by how much.
+    why: str = ""
 
 
 @dataclass
@@ -181,7 +192,9 @@ class Search:
     def record(self, label: str, verify_text: str) -> Trial:
         """What the verify tool said about variant ``label``."""
         match = _MEDIAN.search(verify_text)
-        trial = Trial(label, verify_text.startswith("verify: correct"), float(match["ms"]) if match else None)
+        correct = verify_text.startswith("verify: correct")
+        why = "" if correct else _verdict(verify_text)
+        trial = Trial(label, correct, float(match["ms"]) if match else None, why)
         self.trials.append(trial)
         return trial
 

@@ -79,3 +79,25 @@ def test_heuristic_writes_a_correct_cuda_candidate() -> None:
     assert traj.best is not None and traj.best.result.correct, traj.turns[0].observations[-1].content
     assert traj.best.result.reward is not None and traj.best.result.reward >= 1.0
     assert traj.best.result.speedup_vs_eager is not None
+
+
+def test_an_incorrect_variant_is_recorded_with_the_verifiers_reasons() -> None:
+    """A benchmark table keeps the search's record: a variant the verifier fails shows why and by how much."""
+    from cuda_agent.agent.tools.kernel import format_eval
+    from cuda_agent.author.search import Authored, Search
+    from cuda_agent.contracts.eval import EvalResult, EvalStatus
+
+    result = EvalResult(
+        status=EvalStatus.INCORRECT,
+        correct=False,
+        reward=-1.0,
+        max_abs_error=2.5e-4,
+        trials_passed=2,
+        trials_run=3,
+        message="output 0: max abs error 0.00025 exceeds atol=0.0001 rtol=0.0001; and more",
+    )
+    search = Search(Authored(plan="k0", variants=[("gemm=tf32x3", {})]))
+    trial = search.record("gemm=tf32x3", format_eval(result))
+    assert not trial.correct and trial.median_ms is None
+    assert "max abs error 0.00025 exceeds atol=0.0001" in trial.why and "(2/3 trials)" in trial.why
+    assert ";" not in trial.why  # the policy's summary separates variants by semicolons

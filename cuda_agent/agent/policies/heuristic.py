@@ -88,7 +88,7 @@ class HeuristicPolicy:
             # Every variant's figure, in the order tried: what a benchmark's table keeps of the search (which
             # layouts and caches pay off where), not only its winner.
             summary += "; tried: " + "; ".join(
-                f"{t.label} = {f'{t.median_ms} ms' if t.correct else 'not correct'}" for t in trials
+                f"{t.label} = {f'{t.median_ms} ms' if t.correct else f'not correct ({t.why})'}" for t in trials
             )
             return _turn(step, [("finish", {"summary": summary})], note)
         self._label, files = following
