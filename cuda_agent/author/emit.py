@@ -1286,6 +1286,16 @@ extern "C" void {name}({launcher}) {{
 STAGES = 3  # K steps of the staged product in flight (36-40 KB of shared memory each; one block an SM by its
 # ~250 registers a thread)
 STAGE_K = 32
+# From this K on, the staged product's sums run in two levels: the registers' sums take HELD_STEPS steps' parts,
+# then join sums held in shared memory (64 KB a block: no registers are left) and start again from zero. Each
+# step's part joins a sum rounded at that sum's size (its ulp): over K / 32 steps this is the product's largest
+# error, growing with K and with the outputs' magnitudes. At K = 8192 (randn operands, outputs ~90) the worst of
+# 16-67M outputs crossed the 1e-4 tolerance. In a numpy model of the kernel's arithmetic (MMA sums rounded toward
+# zero, 65536 sums of K = 8192), two levels take the error (rms) from 2.9e-5 to 1.7e-5 and the worst from 0.51 of
+# the tolerance to 0.33; a Kahan sum of every step (1.3e-5, 0.23) costs 4 additions a sum and step, 38% more
+# instructions in the loop, where two levels cost 1/8 of an addition.
+SPLIT_SUMS_K = 4096
+HELD_STEPS = 8
 
 
 def _staged_tf32x3(
@@ -1310,6 +1320,7 @@ def _staged_tf32x3(
     m, n, k, batch = sizes
     params, args, launcher = signature
     kt = -(-k // STAGE_K)
+    split = k >= SPLIT_SUMS_K
 
     def tile(x: str, edge: str, operand: TileOperand, edge_size: int) -> tuple[int, Callable[[str, str], str], str]:
         """(floats a stage, the fragment pair accessor (``_tf32x3_steps``) on stage ``{x}s_cur``, the copy
@@ -1346,12 +1357,38 @@ def _staged_tf32x3(
         {b_copy}
         }}
         cp_async_commit();  // a group every step, empty past K: the wait below counts groups"""
-    smem = STAGES * (a_size + b_size) * 4
+    tiles = STAGES * (a_size + b_size)
+    smem = (tiles + 256 * 64 * split) * 4
+    held = hold = fold = ""
+    if split:  # SPLIT_SUMS_K; a thread's 16 float4 of held sums, 256 apart: a warp's accesses are 512 bytes in a row
+        held = f"""
+    float4* const held = reinterpret_cast<float4*>(tile_smem + {tiles}) + threadIdx.x;
+    for (int q = 0; q < 16; ++q) held[q * 256] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);"""
+        hold = f"""
+        if (step % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {{
+                    const float4 h = held[(i * 4 + j) * 256];
+                    held[(i * 4 + j) * 256] = make_float4(h.x + acc[i][j][0], h.y + acc[i][j][1],
+                                                          h.z + acc[i][j][2], h.w + acc[i][j][3]);
+                    acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+                }}
+        }}"""
+        fold = """#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float4 h = held[(i * 4 + j) * 256];
+            acc[i][j][0] += h.x; acc[i][j][1] += h.y; acc[i][j][2] += h.z; acc[i][j][3] += h.w;
+        }
+"""
     return f"""// {what}; 128x128 tiles of C on TF32 tensor cores, K steps of {STAGE_K}, {STAGES} in flight.
 __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     extern __shared__ __align__(16) float tile_smem[];
     float* const as = tile_smem;  // [stage][A's tile]
-    float* const bs = tile_smem + {STAGES * a_size};  // [stage][B's tile]
+    float* const bs = tile_smem + {STAGES * a_size};  // [stage][B's tile]{held}
     const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
 {setup_lines}
     {accumulators}
@@ -1370,9 +1407,9 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
         }}
         const float* const as_cur = as + (step % {STAGES}) * {a_size};
         const float* const bs_cur = bs + (step % {STAGES}) * {b_size};
-{steps}
+{steps}{hold}
     }}
-{epilogue}
+{fold}{epilogue}
 }}
 
 extern "C" void {name}({launcher}) {{

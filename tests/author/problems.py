@@ -85,6 +85,8 @@ BMM_TRANSPOSED = problem(
     "[torch.randn(3, 130, 37), torch.randn(3, 66, 37)]",
     args="a, b",
 )
+# A long K: the staged 3xTF32 product's sums in two levels (emit.SPLIT_SUMS_K)
+LONG_K = problem("        pass", "        return a @ b", "[torch.randn(64, 4096), torch.randn(4096, 72)]", args="a, b")
 # Column statistics (reduced dims not the last): a tile of 32 columns per block, 70 of them (the last tile part
 # empty); x.mean(0) and the mean inside x.std(0) are one reduction.
 STANDARDIZE_COLUMNS = problem(

@@ -131,6 +131,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         (problems.OWN_CONV, "gemm=tf32x3", "mma_tf32(part[j], a_small, b_big[h][j]);"),
         (problems.LINEAR_RELU, "gemm=tf32x3", "cp_async_wait<1>();"),
         (problems.CONV_BIAS_RELU, "gemm=tf32x3", "const float ep_v = acc[i][j][e];"),
+        (problems.LONG_K, "gemm=tf32x3", "const float4 h = held[(i * 4 + j) * 256];"),
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
         (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
@@ -148,6 +149,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         "tf32x3_conv",
         "tf32x3_staged_gemm",
         "conv_epilogue",
+        "tf32x3_two_level_sums",
         "bf16_cudnn_conv",
         "scaled_product",
         "integer_arithmetic",
@@ -159,7 +161,8 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     a row, chunk by chunk, its operand read once into registers where it fits), a warp per short row (its 513
     elements in 17 registers a lane; a scan chunk by chunk as a block's), our pipelined GEMM and convolution, a
     pipelined GEMM and implicit convolution on TF32 tensor cores (three products each), the same GEMM's K steps
-    staged by asynchronous copies (operands of 16-byte groups), a convolution's bias and activation as its epilogue,
+    staged by asynchronous copies (operands of 16-byte groups), its sums in two levels over a long K, a
+    convolution's bias and activation as its epilogue,
     a bfloat16 convolution on
     cuDNN, a product scaled by its operands' factors, integer arithmetic (which host compilers take where nvcc
     does not) and float math on the special-function units."""
