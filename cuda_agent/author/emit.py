@@ -62,9 +62,11 @@ class Variant:
     # asynchronously where both operands load 16 bytes a group; our implicit convolutions too),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
     gemm: str = "cublas"
-    # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs; "tf32"
-    # lets cuDNN use tensor cores as PyTorch does by default (faster, within loose tolerances only); "direct" is ours
-    # (a thread per output position and tile of channels), "implicit" ours as a product (_cuda_conv_implicit)
+    # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs, the
+    # first its heuristics pick; "fastest" the same kernels, the fastest of them timed on the first call (FFT and
+    # Winograd ones multiply less); "tf32" lets cuDNN use tensor cores as PyTorch does by default (faster, within
+    # loose tolerances only); "direct" is ours (a thread per output position and tile of channels), "implicit" ours
+    # as a product (_cuda_conv_implicit)
     conv: str = "exact"
     omp: str = "auto"  # cpu: "auto" runs OpenMP threads only for big kernels (waking a team costs more than a
     # small kernel), "always" for every kernel
@@ -1910,16 +1912,37 @@ def _cudnn_conv(k: ConvKernel, variant: Variant) -> str:
     x_dims, y_dims, w_dims = nd((chunk, *xs[1:])), nd((chunk, *out[1:])), nd(ws)
     geometry = len(x_dims) - 2
     pad, stride, dilation = (nd((0, 0, *a[key]), one)[2:] for key, one in (("pad", 0), ("stride", 1), ("dilation", 1)))
-    exact = variant.conv == "exact"
+    exact, timed = variant.conv in ("exact", "fastest"), variant.conv == "fastest"
     if a["transposed"]:
         perf_t, algo_t, count = "cudnnConvolutionBwdDataAlgoPerf_t", "cudnnConvolutionBwdDataAlgo_t", "BWD_DATA"
         find = "cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc, x_desc, conv_desc, y_desc"
+        if timed:
+            find = "cudnnFindConvolutionBackwardDataAlgorithmEx(h, w_desc, {w}, x_desc, {x}, conv_desc, y_desc, {y}"
         run = "cudnnConvolutionBackwardData(handle, &alpha, w_desc, {w}, x_desc, {x} + n * {px}LL, conv_desc, algo"
     else:
         perf_t, algo_t, count = "cudnnConvolutionFwdAlgoPerf_t", "cudnnConvolutionFwdAlgo_t", "FWD"
         find = "cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc, w_desc, conv_desc, y_desc"
+        if timed:
+            find = "cudnnFindConvolutionForwardAlgorithmEx(h, x_desc, {x}, w_desc, {w}, conv_desc, y_desc, {y}"
         run = "cudnnConvolutionForward(handle, &alpha, x_desc, {x} + n * {px}LL, w_desc, {w}, conv_desc, algo"
-    run = run.format(x=k.x, w=k.w, px=per_x)
+    find, run = (text.format(x=k.x, w=k.w, y=k.out, px=per_x) for text in (find, run))
+    search = f"{find}, CUDNN_CONVOLUTION_{count}_ALGO_COUNT, &found, perf)"
+    chosen_by = "cuDNN times fastest" if timed else "of cuDNN's heuristics"
+    if timed:  # each algorithm runs on the first batch chunk, in a workspace of up to the limit (less if refused)
+        search = f"""[&] {{
+            void* trial = nullptr;
+            size_t trial_bytes = {CUDNN_WORKSPACE_LIMIT}ULL;
+            while (trial_bytes >= (1ULL << 20) && cudaMalloc(&trial, trial_bytes) != cudaSuccess) {{
+                cudaGetLastError();
+                trial_bytes /= 2;
+            }}
+            if (trial == nullptr) trial_bytes = 0;
+            cudnnSetStream(h, stream);
+            const int status = (int){find}, CUDNN_CONVOLUTION_{count}_ALGO_COUNT, &found, perf, trial,
+                trial_bytes);
+            cudaFree(trial);
+            return status;
+        }}()"""
     # FMA math restricts cuDNN to exact fp32 kernels; with the default math it may pick TF32 tensor-core ones.
     # 16-bit operands multiply exactly on tensor cores (into float sums, as PyTorch's convolutions do).
     data = {"float32": "CUDNN_DATA_FLOAT", "float16": "CUDNN_DATA_HALF", "bfloat16": "CUDNN_DATA_BFLOAT16"}
@@ -1930,7 +1953,7 @@ def _cudnn_conv(k: ConvKernel, variant: Variant) -> str:
     usable = "perf[i].mathType != CUDNN_TENSOR_OP_MATH && perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION"
     return f"""
 // {k.describe()}
-// Set up on the first call: descriptors, the first algorithm of cuDNN's heuristics that runs{" exact" if exact else ""}
+// Set up on the first call: descriptors, the first algorithm {chosen_by} that runs{" exact" if exact else ""}
 // with a workspace of at most {CUDNN_WORKSPACE_LIMIT >> 20} MiB, and that workspace. Every call binds the caller's
 // stream.
 extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
@@ -1960,7 +1983,7 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
             return 2;
         {perf_t} perf[CUDNN_CONVOLUTION_{count}_ALGO_COUNT];
         int found = 0;
-        if ({find}, CUDNN_CONVOLUTION_{count}_ALGO_COUNT, &found, perf)) return 3;
+        if ({search}) return 3;
         int chosen = -1;
         for (int i = 0; i < found && chosen < 0; ++i)
             if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= {CUDNN_WORKSPACE_LIMIT}ULL &&

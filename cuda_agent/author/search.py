@@ -55,6 +55,8 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # Block sizes shape the row kernels and our direct convolution; the vector width, elementwise row kernels.
     # Our GEMM kernel's launch is its tile's: a plan of products alone varies the tile only.
     out = [base]
+    if has_conv and not own_only:  # cuDNN's exact kernels again, the fastest of them as timed on the first call
+        out.append(replace(base, conv="fastest"))
     if has_conv:
         out.append(replace(base, conv=own_conv[1] if own_only else own_conv[0]))
     if rows or has_conv:

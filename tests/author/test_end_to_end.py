@@ -82,6 +82,8 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
         (problems.CONV_BIAS_RELU, "conv=tf32"),
         (problems.CONV_ONLY, "conv=direct"),
         (problems.CONV_TRANSPOSE, "conv=exact"),
+        (problems.CONV_BIAS_RELU, "conv=fastest"),
+        (problems.CONV_TRANSPOSE, "conv=fastest"),
         (problems.LINEAR_RELU, "gemm=cublas_tf32"),
         (problems.LINEAR_RELU, "micro=8"),
     ],
@@ -92,6 +94,8 @@ def test_generated_cuda_compiles_with_nvcc(source: str) -> None:
         "cudnn_tf32",
         "direct_when_alone",
         "cudnn_transposed_1d",
+        "cudnn_timed",
+        "cudnn_timed_transposed",
         "cublas_tf32",
         "gemm_in_registers",
     ],
@@ -104,6 +108,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
     assert result.status is CompileStatus.OK, result.log[-3000:]
     if knob.startswith("conv"):
         assert ("cudnnConvolution" in files["kernels/author.cu"]) is (knob != "conv=direct")
+        assert ("cudnnFindConvolution" in files["kernels/author.cu"]) is (knob == "conv=fastest")
     if knob == "conv=direct":  # the convolution alone: every variant runs it on our kernels
         assert all({"conv=direct", "conv=implicit"} & set(label.split()) for label, _ in variants)
         assert not any("cudnnConvolution" in f["kernels/author.cu"] for _, f in variants)
