@@ -58,8 +58,9 @@ class Variant:
     micro: int = 1  # outputs per thread along each edge of that tile (held in registers)
     # "cublas": the vendor library where the operands' strides allow it ("cublas_tf32": on TF32 tensor cores), else
     # "tiled" (ours), "pipelined" (ours, 128x128 tiles with wide shared reads and the next K step loaded ahead),
-    # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy, its K steps copied ahead
-    # asynchronously where both operands load 16 bytes a group; our implicit convolutions too),
+    # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy, its float32 operands' K steps copied
+    # ahead asynchronously, 16 bytes a copy where they have 16-byte groups, else an element; our implicit
+    # convolutions too, their input gathered a copy an element),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
     gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs, the
@@ -236,15 +237,17 @@ __device__ __forceinline__ float tf32_near(float v) {
 // 4 floats from global to shared memory without passing through registers (cp.async, sm_80 and later), zeros where
 // !in (nothing read: src only has to be a valid address); a source that is not 16-byte aligned goes 4 bytes a copy.
 // A thread's copies land by cp_async_wait; other threads see them after a barrier that follows it.
+__device__ __forceinline__ void cp_async1(float* dst, const float* src, bool in) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(in ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool in, bool aligned) {
-    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
     if (aligned) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(in ? 16 : 0) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                     "l"(src), "r"(in ? 16 : 0) : "memory");
     } else {
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to + 4 * c), "l"(src + c), "r"(in ? 4 : 0)
-                         : "memory");
+        for (int c = 0; c < 4; ++c) cp_async1(dst + c, src + c, in);
     }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -1135,6 +1138,9 @@ def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
         stride (the batch's too) and the size along it multiples of 4."""
         return g.node.dtype == "float32" and along == 1 and all(v % 4 == 0 for v in others)
 
+    def copy(element: str) -> tuple[list[str], str, str] | None:
+        return ([], "", element) if g.node.dtype == "float32" else None
+
     a_vector = wide(s["sak"], (s["sam"], s["sab"], g.k)) if a_along_k else wide(s["sam"], (s["sak"], s["sab"], g.m))
     b_vector = wide(s["sbk"], (s["sbn"], s["sbb"], g.k)) if b_along_k else wide(s["sbn"], (s["sbk"], s["sbb"], g.n))
     setup = [
@@ -1147,8 +1153,12 @@ def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
         (_gemm_params(g), ", ".join(_gemm_buffers(g)), _launcher_params(g, "cuda")),
         (g.m, g.n, g.k, g.batch),
         setup,
-        TileOperand([f"va = {loaded(g.node, a_element)};"], a_along_k, a_element if a_vector else None, "pa"),
-        TileOperand([f"vb = {loaded(g.node, b_element)};"], b_along_k, b_element if b_vector else None, "pb"),
+        TileOperand(
+            [f"va = {loaded(g.node, a_element)};"], a_along_k, a_element if a_vector else None, "pa", copy(a_element)
+        ),
+        TileOperand(
+            [f"vb = {loaded(g.node, b_element)};"], b_along_k, b_element if b_vector else None, "pb", copy(b_element)
+        ),
         lambda value: _gemm_put(g, value),
         tensor_cores,
     )
@@ -1159,12 +1169,16 @@ class TileOperand(NamedTuple):
     ``col``), both in range; whether neighbouring k are neighbouring addresses (else neighbouring rows of A, or
     columns of B, are: consecutive threads load along them); and, where 4 neighbouring elements along that dim are
     16 bytes in a row (float32, the other strides multiples of 4, the size along it too), the element expression
-    whose address starts them (16-byte aligned wherever ``origin``, the batch's first element, is)."""
+    whose address starts them (16-byte aligned wherever ``origin``, the batch's first element, is). ``copy``, of a
+    float32 operand: (statements locating the element, the condition it exists under or "", its expression), for
+    copying it as it is, 4 bytes, where it has no 16-byte groups (``origin`` then any valid address: the copy of
+    an element that is not there reads nothing)."""
 
     statements: list[str]
     along_k: bool
     vector: str | None = None
     origin: str = ""
+    copy: tuple[list[str], str, str] | None = None
 
 
 def _alignment_flags(a: TileOperand, b: TileOperand) -> list[str]:
@@ -1198,8 +1212,9 @@ def _pipelined(
     has no vector form, every load of a thread is in column ``col0 + threadIdx.x % 128``. ``store``: the statement
     writing a value (the C expression given) at (row, col). ``signature``: the kernel's parameters, its launch's
     arguments and the launcher's parameters. ``tensor_cores``: the products on TF32 tensor cores at float32
-    accuracy (``_tf32x3_steps``), else on the FMA units."""
-    if tensor_cores and a.vector is not None and b.vector is not None:
+    accuracy (``_tf32x3_steps``), else on the FMA units; staged by asynchronous copies (``_staged_tf32x3``) where
+    both operands can be copied as they are (float32), else through registers as here."""
+    if tensor_cores and all(x.vector is not None or x.copy is not None for x in (a, b)):
         return _staged_tf32x3(name, what, signature, sizes, setup, a, b, store)
     m, n, k, batch = sizes
     params, args, launcher = signature
@@ -1310,9 +1325,10 @@ def _staged_tf32x3(
     b: TileOperand,
     store: Callable[[str], str],
 ) -> str:
-    """``_pipelined``'s 3xTF32 product where both operands have 16-byte groups (``TileOperand.vector``): K steps of
-    32 copied from global to shared memory by ``cp_async4`` (no registers hold them on the way, so a thread keeps
-    only its sums and one step's fragments), ``STAGES`` steps in flight, one barrier a step. Each operand's tile is
+    """``_pipelined``'s 3xTF32 product where both operands have 16-byte groups (``TileOperand.vector``) or can be
+    copied an element at a time (``TileOperand.copy``: gathered, or strided): K steps of 32 copied from global to
+    shared memory by ``cp_async4`` or ``cp_async1`` (no registers hold them on the way, so a thread keeps only its
+    sums and one step's fragments), ``STAGES`` steps in flight, one barrier a step. Each operand's tile is
     kept in its own layout (16-byte copies need it): rows of 32 k padded to 40 where k is the contiguous dim, else
     32 rows of k of 128 padded to 132. A slice's k slots t and t + 4 stand for k 2t and 2t + 1, so that where k
     is contiguous a fragment's pair is one 8-byte read; the padding puts a warp's reads in distinct banks either
@@ -1328,25 +1344,46 @@ def _staged_tf32x3(
         """(floats a stage, the fragment pair accessor (``_tf32x3_steps``) on stage ``{x}s_cur``, the copy
         statements of a stage)."""
         within = [f"{edge} < {edge_size}LL"] * (edge_size % 128 != 0) + [f"k < {k}LL"] * (k % STAGE_K != 0)
-        if operand.along_k:  # [128 edge][40]: a group is 4 neighbouring k; a pair one 8-byte read
-            size, place, coords = 128 * 40, "(q / 8) * 40 + q % 8 * 4", ("q / 8", "q % 8 * 4")
+        if operand.along_k:  # [128 edge][40]: k contiguous, a pair one 8-byte read
+            size = 128 * 40
 
             def pair(h: str, e: str) -> str:
                 return f"*reinterpret_cast<const float2*>(&{x}s_cur[({e}) * 40 + {h} * 8 + 2 * t])"
-        else:  # [32 k][132]: a group is 4 neighbouring rows (A) or columns (B)
-            size, place, coords = STAGE_K * 132, "(q / 32) * 132 + q % 32 * 4", ("q % 32 * 4", "q / 32")
+        else:  # [32 k][132]
+            size = STAGE_K * 132
 
             def pair(h: str, e: str) -> str:
                 return (
                     f"make_float2({x}s_cur[({h} * 8 + 2 * t) * 132 + {e}], {x}s_cur[({h} * 8 + 2 * t + 1) * 132 + {e}])"
                 )
 
+        if operand.vector is not None:  # 16-byte groups, 4 a thread: 4 neighbouring k, or rows (A), or columns (B)
+            place, coords = (
+                ("(q / 8) * 40 + q % 8 * 4", ("q / 8", "q % 8 * 4"))
+                if operand.along_k
+                else ("(q / 32) * 132 + q % 32 * 4", ("q % 32 * 4", "q / 32"))
+            )
+            located: list[str] = []
+            copies, exists = 4, ""
+            copied = f"cp_async4(&{x}s[stage * {size} + {place}], in ? &{operand.vector} : {operand.origin}, in, "
+            copied += f"{x}_aligned);"
+        else:  # an element a copy, 16 a thread: a warp's are 32 neighbours along k, or along the edge
+            assert operand.copy is not None
+            place, coords = (
+                ("(q / 32) * 40 + q % 32", ("q / 32", "q % 32"))
+                if operand.along_k
+                else ("(q / 128) * 132 + q % 128", ("q % 128", "q / 128"))
+            )
+            located, exists, element = operand.copy
+            copies = 16
+            copied = f"cp_async1(&{x}s[stage * {size} + {place}], in ? &{element} : {operand.origin}, in);"
+        body = "".join(f"\n            {line}" for line in located)
         copy = f"""#pragma unroll
-        for (int l = 0; l < 4; ++l) {{
+        for (int l = 0; l < {copies}; ++l) {{
             const int q = threadIdx.x + l * 256;
-            const int64_t {edge} = {edge}0 + {coords[0]}, k = k_next + {coords[1]};
-            const bool in = {" && ".join(within) or "true"};
-            cp_async4(&{x}s[stage * {size} + {place}], in ? &{operand.vector} : {operand.origin}, in, {x}_aligned);
+            const int64_t {edge} = {edge}0 + {coords[0]}, k = k_next + {coords[1]};{body}
+            const bool in = {" && ".join([*within, *([exists] if exists else [])]) or "true"};
+            {copied}
         }}"""
         return size, pair, copy
 
@@ -1430,7 +1467,7 @@ def _tile_fetch(x: str, edge: str, operand: TileOperand, within: str) -> tuple[s
     lanes take 32 neighbouring rows (their 4 stores each land in distinct banks), the other half of each 32-byte
     sector being the next load's; along the edge, a warp takes 128 neighbouring elements of one k. Else a thread
     loads 8 single elements. ``within``: the bounds test of an element (of a group of 4's first)."""
-    statements, along_k, vector, _ = operand
+    statements, along_k, vector = operand.statements, operand.along_k, operand.vector
     value, buffer = f"v{x}", f"{x}s"
     edge_at, k_at = ("idx / 16", "idx % 16") if along_k else ("idx % 128", "idx / 128")
     body = "\n".join("                " + line for line in statements)
@@ -1863,13 +1900,15 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     x_at = linear_index(xs[1:], ("c", *(f"x{j}" for j in range(spatial))))
     if math.prod(xs[1:]) < 2**31:  # an image's offsets in 32-bit arithmetic (64-bit takes 2-3 instructions an op)
         x_at = re.sub(r"(\d+)LL", r"\1", x_at)
-    gather.append(f"if ({' && '.join(valid)}) vb = {loaded(xnode, f'x_group[{x_at}]')};")
+    element, exists = f"x_group[{x_at}]", " && ".join(valid)
+    located, gather = gather, [*gather, f"if ({exists}) vb = {loaded(xnode, element)};"]
     # A: the weights at (row = output channel in the group, k)
     if a["transposed"]:  # [in, out / groups, *taps]
         w_at = f"((batch * {cin_g}LL + k / {taps}LL) * {cout_g}LL + row) * {taps}LL + k % {taps}LL"
     else:  # [out, in / groups, *taps]: a row of the weights is contiguous
         w_at = f"(batch * {cout_g}LL + row) * {depth}LL + k"
     weights = [f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
+    fp32 = k.node.dtype == "float32"  # copied as they are by the staged 3xTF32 product (``TileOperand.copy``)
     # A row of float32 weights, a multiple of 4 long, loads 16 bytes at a time (``TileOperand``)
     vector = f"{k.w}[{w_at}]" if not a["transposed"] and wnode.dtype == "float32" and depth % 4 == 0 else None
     y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
@@ -1882,8 +1921,8 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
         (_conv_params(k), ", ".join(_kernel_buffers(k, [])), _launcher_params(k, "cuda")),
         (cout_g, out[0] * positions, depth, groups),
         setup,
-        TileOperand(weights, True, vector, k.w),
-        TileOperand(gather, False),
+        TileOperand(weights, True, vector, k.w, ([], "", f"{k.w}[{w_at}]") if fp32 else None),
+        TileOperand(gather, False, None, k.x, (located, exists, element) if fp32 else None),
         lambda value: _put(k, y_at, tuple(y_coords), value),
         tensor_cores,
     )

@@ -156,15 +156,18 @@ inline void mma_tf32(float* d, const float* a, const float* b) {
 // thread's wait, reads what was there before, as it may on a GPU.
 struct EmuCopy {
     float* dst;
+    int count;
     float values[4];
 };
 inline thread_local std::vector<EmuCopy> emu_open_group;
 inline thread_local std::deque<std::vector<EmuCopy>> emu_committed;
-inline void cp_async4(float* dst, const float* src, bool in, bool) {
-    EmuCopy copy{dst, {0.0f, 0.0f, 0.0f, 0.0f}};
-    if (in) std::memcpy(copy.values, src, sizeof copy.values);
+inline void emu_copy(float* dst, const float* src, bool in, int count) {
+    EmuCopy copy{dst, count, {0.0f, 0.0f, 0.0f, 0.0f}};
+    if (in) std::memcpy(copy.values, src, count * sizeof(float));
     emu_open_group.push_back(copy);
 }
+inline void cp_async1(float* dst, const float* src, bool in) { emu_copy(dst, src, in, 1); }
+inline void cp_async4(float* dst, const float* src, bool in, bool) { emu_copy(dst, src, in, 4); }
 inline void cp_async_commit() {
     emu_committed.push_back(std::move(emu_open_group));
     emu_open_group.clear();
@@ -172,7 +175,8 @@ inline void cp_async_commit() {
 template <int pending>
 void cp_async_wait() {
     while (emu_committed.size() > (size_t)pending) {
-        for (const EmuCopy& copy : emu_committed.front()) std::memcpy(copy.dst, copy.values, sizeof copy.values);
+        for (const EmuCopy& copy : emu_committed.front())
+            std::memcpy(copy.dst, copy.values, copy.count * sizeof(float));
         emu_committed.pop_front();
     }
 }
