@@ -1769,12 +1769,16 @@ def _conv_tile(k: ConvKernel) -> int:
 def _conv_body(k: ConvKernel) -> tuple[tuple[int, ...], list[str]]:
     """The direct convolution's iteration space (batch, channel tiles, *output positions) and the statements of
     one iteration ``o``: taps outside the input (padding) are skipped; a transposed convolution gathers the inputs
-    whose strided footprint covers the output position."""
+    whose strided footprint covers the output position. Where every tensor of it has under 2^31 elements, its
+    coordinates and offsets are 32-bit (a 64-bit division by a constant or product takes several instructions,
+    and a thread's few multiply-adds an output leave those the most of its work); its epilogue keeps its own."""
     a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
     spatial, tile = len(out) - 2, _conv_tile(k)
     cin_g, cout_g = xs[1] // a["groups"], out[1] // a["groups"]
     space = (out[0], out[1] // tile, *out[2:])
-    lines = [*_coords(list(range(len(space))), space, "o"), f"const int64_t co = i1 * {tile}LL;"]
+    narrow = max(math.prod(xs), math.prod(ws), math.prod(out)) < 2**31
+    index = "(int)o" if narrow else "o"
+    lines = [*_coords(list(range(len(space))), space, index), f"const int64_t co = i1 * {tile}LL;"]
     lines += [f"float acc{t} = 0.0f;" for t in range(tile)]
     depth = 0
 
@@ -1807,6 +1811,8 @@ def _conv_body(k: ConvKernel) -> tuple[tuple[int, ...], list[str]]:
     while depth:
         depth -= 1
         put("}")
+    if narrow:
+        lines = [re.sub(r"\b(\d+)LL\b", r"\1", line.replace("int64_t", "int")) for line in lines]
     positions = tuple(f"i{j + 2}" for j in range(spatial))
     for t in range(tile):
         coords = ("i0", f"(co + {t})" if t else "co", *positions)

@@ -42,7 +42,10 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread. Float32 products
     # also run as three TF32 tensor-core products (float32's accuracy: emit._tf32x3_steps), second (below).
     ours = [Variant(gemm="wmma", tile=128, micro=8)] if any(k.node.dtype in HALF_TYPES for k in gemms) else []
-    fp32 = any(k.node.dtype == "float32" for k in gemms) or any(k.node.dtype == "float32" for k in convs)
+    # (a convolution too shallow for the product's tiles, as a depthwise one, gains nothing on tensor cores)
+    fp32 = any(k.node.dtype == "float32" for k in gemms) or any(
+        k.node.dtype == "float32" and not _shallow(k) for k in convs
+    )
     ours += [Variant(gemm="pipelined", tile=128, micro=8)]
     ours += [Variant(gemm="tiled", tile=t, micro=r) for t, r in ((128, 8), (32, 1), (16, 1))]
     # Our convolutions: as a product on the pipelined tile kernel (implicit GEMM), or a thread per output position
@@ -60,7 +63,8 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     if has_conv:
         out.append(replace(base, conv=own_conv[1] if own_only else own_conv[0]))
     if rows or has_conv:
-        sized = replace(base, conv="direct") if own_only and has_conv else base
+        # (our direct convolution's block too, where it runs: alone, or shallow with the library's call first)
+        sized = replace(base, conv="direct") if has_conv and (own_only or shallow) else base
         out += [replace(sized, block=b) for b in (512, 128, 1024)]
     if rows:
         out.append(replace(base, vec=1))
