@@ -85,6 +85,12 @@ BMM_TRANSPOSED = problem(
     "[torch.randn(3, 130, 37), torch.randn(3, 66, 37)]",
     args="a, b",
 )
+# A depthwise convolution with its bias: our direct kernel with the bias as its epilogue, or cuDNN's
+DEPTHWISE_BIAS = problem(
+    "        self.c = nn.Conv2d(16, 16, 3, padding=1, groups=16)",
+    "        return self.c(x)",
+    "[torch.randn(4, 16, 20, 24)]",
+)
 # A long K: the staged 3xTF32 product's sums in two levels (emit.SPLIT_SUMS_K)
 LONG_K = problem("        pass", "        return a @ b", "[torch.randn(64, 4096), torch.randn(4096, 72)]", args="a, b")
 # Column statistics (reduced dims not the last): a tile of 32 columns per block, 70 of them (the last tile part
