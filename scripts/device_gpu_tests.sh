@@ -17,8 +17,10 @@
 # from DEV_JSON (default bench-results/dev.json, copied to $OUT after the run: bring it back into the checkout);
 # DEV_ONLY="a b" measures only those problems (file stems); DEV_REDO="a b" measures those again though DEV_JSON has
 # their rows (a newer author), replacing them.
-# `products` times our float32 products' kernels against cuBLAS, setting by setting (scripts/bench_products.py, with
-# PRODUCTS_ARGS, default the dev suite's plain products), then profiles the first one under ncu (PRODUCTS_NCU=0: not).
+# `kernels` times one variant of the author's kernels against eager, in all and kernel by kernel
+# (scripts/bench_kernels.py, with KERNELS_ARGS: default the dev suite's plain products as 3xTF32; e.g.
+# "--problems norm_layernorm norm_groupnorm --variant best" for the variants dev.json kept), then profiles the first
+# problem's kernels under ncu (KERNELS_NCU=0: not).
 # Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS,
 # SKIP_HACKS=1, GPU_TESTS (test paths instead of tests/, to split the suite over calls of the device tool).
 set -u
@@ -120,16 +122,21 @@ timeout "${DEV_TIMEOUT:-540}" python3 -m cuda_agent.cli bench optimize --problem
 cp "$rows" "$OUT/" 2>/dev/null
 fi
 
-if [ "$part" = products ]; then
-echo "== our float32 products against cuBLAS"
-args=${PRODUCTS_ARGS:---problems gemm_square gemm_transposed_b gemm_bmm gemm_tall_skinny gemm_linear}
+if [ "$part" = kernels ]; then
+echo "== the author's kernels against eager, kernel by kernel"
+args=${KERNELS_ARGS:---problems gemm_square gemm_transposed_b gemm_bmm gemm_tall_skinny gemm_linear}
 # shellcheck disable=SC2086
-timeout "${PRODUCTS_TIMEOUT:-300}" python3 scripts/bench_products.py $args 2>&1 | tee "$OUT/products.log"
-if [ "${PRODUCTS_NCU:-1}" = 1 ]; then
-  first=$(python3 -c "import sys; print(sys.argv[sys.argv.index('--problems') + 1])" $args)
-  timeout 150 ncu --clock-control none -k regex:_mm_kernel --launch-count 1 --section SpeedOfLight \
+timeout "${KERNELS_TIMEOUT:-300}" python3 scripts/bench_kernels.py $args 2>&1 | tee "$OUT/kernels.log"
+if [ "${KERNELS_NCU:-1}" = 1 ]; then
+  # The first problem alone (its variant as asked), each of our kernels (named k<n>_...) once
+  first=$(python3 -c "import sys; a = sys.argv[1:]; i = a.index('--problems'); print(a[i + 1])" $args)
+  rest=$(python3 -c "import sys; a = sys.argv[1:]; i = a.index('--problems') + 1
+while i < len(a) and not a[i].startswith('--'): i += 1
+print(' '.join(a[:a.index('--problems')] + a[i:]))" $args)
+  # shellcheck disable=SC2086
+  timeout 150 ncu --clock-control none -k regex:^k[0-9]+_ --launch-count 4 --section SpeedOfLight \
     --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
-    python3 scripts/bench_products.py --problems "$first" --ncu 2>&1 | grep -v "^==PROF==" | tee "$OUT/products-ncu.log"
+    python3 scripts/bench_kernels.py --problems "$first" $rest --ncu 2>&1 | grep -v "^==PROF==" | tee "$OUT/kernels-ncu.log"
 fi
 fi
 

@@ -1,11 +1,14 @@
-"""Our float32 products on the GPU against PyTorch's (cuBLAS), kernel by kernel (issue 14): for each problem, the
-author's 3xTF32 variant is emitted with each staging setting asked for, built with nvcc, run on the problem's
-seeded inputs, checked against the eager reference (worst error as a share of KernelBench's 1e-4/1e-4 tolerance:
-over 1 fails) and timed with CUDA events against the eager module. Faster than the whole optimize run (no search,
-no sandbox), so settings of one kernel can be compared in one device call; `--ncu` instead profiles each setting's
-kernels once (run it under `ncu`).
+"""One variant of the author's kernels on the GPU against the eager module, kernel by kernel (issue 14): for each
+problem, the variant asked for (the first whose label has every knob of ``--variant``, default our 3xTF32 products;
+``best``: the one bench-results/dev.json's row kept) is emitted with each staging setting asked for, built with
+nvcc, run on the problem's seeded inputs, checked against the eager reference (worst error as a share of
+KernelBench's 1e-4/1e-4 tolerance, by the verifier's rule: over 1 fails) and timed with CUDA events against the
+eager module, in all and each kernel alone, with the bytes its buffers hold (what it must move at least) over its
+time. Faster than the whole optimize run (no search, no sandbox), so kernels can be compared and located in one
+device call; `--ncu` instead runs each setting's kernels once (run it under `ncu`).
 
-    python3 scripts/bench_products.py --problems gemm_square gemm_transposed_b --stages 3 4
+    python3 scripts/bench_kernels.py --problems gemm_square gemm_transposed_b --stages 3 4
+    python3 scripts/bench_kernels.py --problems norm_layernorm norm_groupnorm --variant best
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import argparse
 import copy
 import ctypes
 import itertools
+import json
 import re
 import subprocess
 import tempfile
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -46,12 +51,23 @@ def _events_ms(fn, iters: int) -> float:
     return start.elapsed_time(end) / iters
 
 
-def bench(problem: Path, stages: int, iters: int, work: Path, profile: bool) -> str:
+def _knobs(problem: str, variant: str) -> set[str]:
+    """The knobs (``name=value``) a variant's label must have: ``variant``'s, or the label dev.json's row kept."""
+    if variant != "best":
+        return set(variant.split())
+    rows = json.loads((ROOT / "bench-results" / "dev.json").read_text())["rows"]
+    detail = next((r["detail"] for r in rows if r["problem"] == problem), "")
+    kept = re.search(r"best variant (?P<label>.+?) \(", detail)
+    return set(kept["label"].split()) if kept else {"no-best-variant-recorded"}
+
+
+def bench(problem: Path, variant: str, stages: int, iters: int, work: Path, profile: bool) -> str:
     source = problem.read_text()
     plan = plan_graph(capture_problem(source))
-    chosen = [v for v in variants(plan, "cuda") if v.gemm == "tf32x3"]
+    knobs = _knobs(problem.stem, variant)
+    chosen = [v for v in variants(plan, "cuda") if knobs <= set(v.label().split())]
     if not chosen:
-        return f"{problem.stem}: no 3xTF32 variant (not a float32 product)"
+        return f"{problem.stem}: no variant with {' '.join(sorted(knobs))}"
     emit.STAGES = stages
     cu = work / f"{problem.stem}-{stages}.cu"
     plan = emit.variant_plan(plan, "cuda", chosen[0])
@@ -84,6 +100,9 @@ def bench(problem: Path, stages: int, iters: int, work: Path, profile: bool) -> 
         for fn, args in calls:
             fn(*args, stream)
 
+    def alone(fn: Callable[..., object], args: list[ctypes.c_void_p]) -> Callable[[], None]:
+        return lambda: fn(*args, stream)
+
     if profile:
         ours()
         torch.cuda.synchronize()
@@ -103,16 +122,25 @@ def bench(problem: Path, stages: int, iters: int, work: Path, profile: bool) -> 
     ours_ms = _events_ms(ours, iters)
     with torch.no_grad():
         eager_ms = _events_ms(lambda: model(*inputs), iters)
-    return (
-        f"{problem.stem:28s} stages={stages} regs={'/'.join(registers)}"
-        f"{' SPILLS' if spills else ''}  ours {ours_ms:8.3f} ms  eager {eager_ms:8.3f} ms  "
-        f"eager/ours {eager_ms / ours_ms:5.2f}  worst error {worst:5.2f} of tolerance{' FAIL' if worst > 1 else ''}"
-    )
+    lines = [
+        f"{problem.stem:28s} {chosen[0].label()}",
+        f"{'':28s} stages={stages} regs={'/'.join(registers)}{' SPILLS' if spills else ''}  ours {ours_ms:8.3f} ms  "
+        f"eager {eager_ms:8.3f} ms  eager/ours {eager_ms / ours_ms:5.2f}  worst error {worst:5.2f} of tolerance"
+        f"{' FAIL' if worst > 1 else ''}",
+    ]
+    for k, (fn, args) in zip(plan.kernels, calls, strict=True):
+        ms = _events_ms(alone(fn, args), iters)
+        held = sum(buffers[b].numel() * buffers[b].element_size() for b in {*k.reads, *k.writes})
+        lines.append(f"{'':28s}   {k.name:24s} {ms:8.3f} ms  {held / 1e9:7.3f} GB held  {held / ms / 1e6:7.0f} GB/s")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", nargs="+", required=True, help="examples/dev stems or paths")
+    parser.add_argument(
+        "--variant", default="gemm=tf32x3", help="knobs its label has ('gemm=tf32x3 conv=implicit'), or 'best'"
+    )
     parser.add_argument("--stages", nargs="+", type=int, default=[emit.STAGES])
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--ncu", action="store_true", help="run each setting once, untimed (under ncu)")
@@ -120,7 +148,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, stages in itertools.product(args.problems, args.stages):
             path = Path(name) if name.endswith(".py") else ROOT / "examples" / "dev" / f"{name}.py"
-            print(bench(path, stages, args.iters, Path(tmp), args.ncu), flush=True)
+            print(bench(path, args.variant, stages, args.iters, Path(tmp), args.ncu), flush=True)
 
 
 if __name__ == "__main__":
