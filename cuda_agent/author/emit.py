@@ -1049,6 +1049,9 @@ def _put(k: GemmKernel | ConvKernel, flat: str, coords: tuple[str, ...], value: 
     r = k.epilogue
     if r is None:
         return stored(k.node, f"{k.out}[{flat}]", value)
+    half = HALF_TYPES.get(k.node.dtype)
+    if half:  # rounded to the output's type first, as the elementwise kernel would have loaded it
+        value = f"{half[1]}({half[2]}({value}))"
     lines = [f"const {k.node.ctype} ep_v = {value};", f"const int64_t ep_o = {flat};"]
     lines += [f"const int64_t ep_{j} = {c};" for j, c in enumerate(coords)]
     lines += ["const int64_t o = ep_o;", *(f"const int64_t i{j} = ep_{j};" for j in range(len(coords)))]

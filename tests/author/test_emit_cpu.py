@@ -221,6 +221,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(3, 17, 40, dtype=torch.bfloat16), torch.randn(3, 40, 9, dtype=torch.bfloat16)]",
         "a, b",
     ),
+    # the product's epilogue takes its sums rounded to bfloat16, as the elementwise kernel would have read them
+    "bf16_matmul_gelu_epilogue": (
+        "pass",
+        "return F.gelu(a @ b) * 2.0",
+        "[torch.randn(13, 40, dtype=torch.bfloat16), torch.randn(40, 9, dtype=torch.bfloat16)]",
+        "a, b",
+    ),
     "fp16_rounding_casts": (
         "pass",
         "z = (x.float() * y).half()\n        return z, (z.float() / 3).half().float() + 1, F.softmax(z, dim=-1)",
