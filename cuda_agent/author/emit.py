@@ -259,6 +259,7 @@ CPU_PRELUDE = """#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 using namespace std;  // exp, fmax, ... resolve to the float overloads as in CUDA device code
 """
@@ -275,9 +276,7 @@ __device__ __forceinline__ half float_to_half(float v) { return __float2half_rn(
 """
 # On the host: bfloat16 as its bits, the upper half of a float (rounded to nearest even, a NaN kept a NaN); float16
 # as the compiler's _Float16 (GCC and Clang, x86-64 and AArch64).
-CPU_HALF_PRELUDE = """#include <vector>
-
-struct nv_bfloat16 { uint16_t bits; };
+CPU_HALF_PRELUDE = """struct nv_bfloat16 { uint16_t bits; };
 static inline float bf16_to_float(nv_bfloat16 v) {
     const uint32_t u = (uint32_t)v.bits << 16;
     float f;
@@ -298,15 +297,19 @@ _OPS = {"sum": "SumOp", "prod": "ProdOp", "amax": "MaxOp", "amin": "MinOp"}
 
 
 def _coords(dims: list[int], shape: tuple[int, ...], index: str) -> list[str]:
-    """Statements giving i<j> for ``dims`` (row-major among themselves) from the flat ``index``."""
+    """Statements giving i<j> for ``dims`` (row-major among themselves) from the flat ``index``. Where the index
+    stays under 2^31 (every kernel of under 2^31 elements a pass), it is divided in 32 bits: a 64-bit division by a
+    constant takes several instructions, and an elementwise kernel's few a element leave it the most of them."""
+    narrow = math.prod(shape[j] for j in dims) < 2**31
+    at, suffix = (f"(int)({index})", "") if narrow else (index, "LL")
     lines, stride = [], 1
     for j in reversed(dims):
         size = shape[j]
         if size == 1:
             lines.append(f"const int64_t i{j} = 0;")
         else:
-            q = index if stride == 1 else f"({index} / {stride}LL)"
-            lines.append(f"const int64_t i{j} = {q} % {size}LL;")
+            q = at if stride == 1 else f"({at} / {stride}{suffix})"
+            lines.append(f"const int64_t i{j} = {q} % {size}{suffix};")
         stride *= size
     return lines[::-1]
 
@@ -1780,8 +1783,7 @@ def _conv_body(k: ConvKernel) -> tuple[tuple[int, ...], list[str]]:
     cin_g, cout_g = xs[1] // a["groups"], out[1] // a["groups"]
     space = (out[0], out[1] // tile, *out[2:])
     narrow = max(math.prod(xs), math.prod(ws), math.prod(out)) < 2**31
-    index = "(int)o" if narrow else "o"
-    lines = [*_coords(list(range(len(space))), space, index), f"const int64_t co = i1 * {tile}LL;"]
+    lines = [*_coords(list(range(len(space))), space, "o"), f"const int64_t co = i1 * {tile}LL;"]
     lines += [f"float acc{t} = 0.0f;" for t in range(tile)]
     depth = 0
 

@@ -221,6 +221,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(3, 17, 40, dtype=torch.bfloat16), torch.randn(3, 40, 9, dtype=torch.bfloat16)]",
         "a, b",
     ),
+    # a Linear's bias and activation as its product's epilogue (a row's sums kept aside for it)
+    "linear_gelu_epilogue": (
+        "self.l = nn.Linear(24, 40)",
+        "return F.gelu(self.l(x)) + x[:, :1]",
+        "[torch.randn(9, 24)]",
+        "x",
+    ),
     # the product's epilogue takes its sums rounded to bfloat16, as the elementwise kernel would have read them
     "bf16_matmul_gelu_epilogue": (
         "pass",
