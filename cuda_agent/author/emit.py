@@ -17,6 +17,7 @@ compile-time constants of the captured problem, checked by model_new.py before a
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -1881,27 +1882,75 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     channels x input channels and taps) times the input gathered at each output position's taps (its columns: the
     positions of every image, so a warp stores neighbouring positions), zero where a tap falls in the padding or,
     transposed, between the strided inputs. Nothing is materialized: each operand element is gathered as loaded.
-    A thread's input loads all fall in one column (``_pipelined``): its image and output position are found once."""
+    A thread's input loads all fall in one column (``_pipelined``): its image and output position are found once.
+    A transposed convolution with strides runs as one product per phase (``_phases``), each over the taps that
+    meet an input: the full product's others (3 in 4 at stride 2 in 2-d) would only multiply zeros."""
+    phases = _phases(k)
+    if phases is None:
+        return _implicit_product(k, tensor_cores, k.name, None)
+    parts = [_implicit_product(k, tensor_cores, f"{k.name}_p{i}", phase) for i, phase in enumerate(phases)]
+    args = ", ".join([*k.reads, *k.writes, "stream"])
+    calls = "".join(f"\n    {k.name}_p{i}({args});" for i in range(len(phases)))
+    return (
+        "".join(parts)
+        + f"""
+extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{{calls}
+}}
+"""
+    )
+
+
+def _phases(k: ConvKernel) -> list[tuple[int, ...]] | None:
+    """The phases of a transposed convolution with strides (undilated): output positions o = f + s p along each
+    dim, for each first position f < s; their taps are t = r + s m with r = (f + pad) % s, the only ones whose
+    input is not between two strided inputs. None where it has no strides, or a phase has outputs but no taps."""
+    a, out, ws = k.node.attrs, k.node.shape, k.w_shape
+    if not a["transposed"] or all(s == 1 for s in a["stride"]) or any(d != 1 for d in a["dilation"]):
+        return None
+    phases = []
+    for first in itertools.product(*(range(s) for s in a["stride"])):
+        if any(f >= n for f, n in zip(first, out[2:], strict=True)):
+            continue  # no output of this phase
+        if any((f + pad) % s >= size for f, pad, s, size in zip(first, a["pad"], a["stride"], ws[2:], strict=True)):
+            return None
+        phases.append(first)
+    return phases
+
+
+def _implicit_product(k: ConvKernel, tensor_cores: bool, name: str, phase: tuple[int, ...] | None) -> str:
+    """``_cuda_conv_implicit``'s product named ``name``: over every output position and tap, or over one phase's
+    (``_phases``: the first output position along each dim)."""
     a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
     spatial, groups = len(out) - 2, a["groups"]
     cin_g, cout_g = xs[1] // groups, out[1] // groups
-    taps, positions, plane = math.prod(ws[2:]), math.prod(out[2:]), math.prod(xs[2:])
-    depth = cin_g * taps
+    taps, plane = math.prod(ws[2:]), math.prod(xs[2:])
     xnode, wnode = k.reads[k.x], k.reads[k.w]
+    if phase is None:  # every position o = p, every tap t = m
+        firsts, steps, residues, counts, tap_counts = (0,) * spatial, (1,) * spatial, (0,) * spatial, out[2:], ws[2:]
+    else:
+        firsts, steps = phase, tuple(a["stride"])
+        residues = tuple((f + pad) % s for f, pad, s in zip(phase, a["pad"], steps, strict=True))
+        counts = tuple(-(-(n - f) // s) for n, f, s in zip(out[2:], phase, steps, strict=True))
+        tap_counts = tuple(-(-(n - r) // s) for n, r, s in zip(ws[2:], residues, steps, strict=True))
+    positions, phase_taps = math.prod(counts), math.prod(tap_counts)
+    depth = cin_g * phase_taps
     setup = [
         "const int64_t my_col = col0 + threadIdx.x % 128;",
         f"const int64_t pos = my_col % {positions}LL;",
-        *_digits([f"o{j}" for j in range(spatial)], tuple(out[2:]), "(int)pos", "int"),
+        *_digits([f"o{j}" for j in range(spatial)], tuple(counts), "(int)pos", "int"),
         f"const {xnode.storage}* x_group = {k.x} + (my_col / {positions}LL) * {xs[1] * plane}LL"
         f" + batch * {cin_g * plane}LL;",
     ]
-    # B: the input at (k = channel and tap, col = image and output position); sizes within a group fit 32 bits
-    gather = ["const int kq = (int)k;", f"const int c = kq / {taps}, tap = kq % {taps};"]
-    gather += _digits([f"t{j}" for j in range(spatial)], tuple(ws[2:]), "tap", "int")
-    valid = []
+    # k = input channel and tap: the tap's digits m (t = r + s m) within a group fit 32 bits
+    taps_of = ["const int kq = (int)k;", f"const int c = kq / {phase_taps}, tap = kq % {phase_taps};"]
+    taps_of += _digits([f"t{j}" for j in range(spatial)], tuple(tap_counts), "tap", "int")
+    # B: the input at (k, col = image and position p of the product: o = f + s p)
+    gather, valid = list(taps_of), []
     for j in range(spatial):
         stride, pad, dilation, size = a["stride"][j], a["pad"][j], a["dilation"][j], xs[2 + j]
-        if not a["transposed"]:
+        if phase is not None:  # o + pad - t = s (p - m) + (f + pad - r), the last a multiple of s
+            gather.append(f"const int x{j} = o{j} - t{j} + {(firsts[j] + pad - residues[j]) // stride};")
+        elif not a["transposed"]:
             gather.append(f"const int x{j} = o{j} * {stride} - {pad} + t{j} * {dilation};")
         else:
             gather.append(f"const int u{j} = o{j} + {pad} - t{j} * {dilation};")
@@ -1914,25 +1963,35 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     element, exists = f"x_group[{x_at}]", " && ".join(valid)
     located, gather = gather, [*gather, f"if ({exists}) vb = {loaded(xnode, element)};"]
     # A: the weights at (row = output channel in the group, k)
-    if a["transposed"]:  # [in, out / groups, *taps]
+    w_located: list[str] = []
+    if phase is not None:  # [in, out / groups, *taps] at the phase's taps
+        w_located = taps_of
+        at = tuple(f"({r} + {s} * t{j})" for j, (r, s) in enumerate(zip(residues, steps, strict=True)))
+        tap_at = linear_index(ws[2:], at)
+        w_at = f"((batch * {cin_g}LL + c) * {cout_g}LL + row) * {taps}LL + {tap_at}"
+    elif a["transposed"]:  # [in, out / groups, *taps]
         w_at = f"((batch * {cin_g}LL + k / {taps}LL) * {cout_g}LL + row) * {taps}LL + k % {taps}LL"
     else:  # [out, in / groups, *taps]: a row of the weights is contiguous
         w_at = f"(batch * {cout_g}LL + row) * {depth}LL + k"
-    weights = [f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
+    weights = [*w_located, f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
     fp32 = k.node.dtype == "float32"  # copied as they are by the staged 3xTF32 product (``TileOperand.copy``)
     # A row of float32 weights, a multiple of 4 long, loads 16 bytes at a time (``TileOperand``)
     vector = f"{k.w}[{w_at}]" if not a["transposed"] and wnode.dtype == "float32" and depth % 4 == 0 else None
-    y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
-    # The output's coordinates (an epilogue's): image, channel, and the position's digits
+    # The output's coordinates (an epilogue's too): image, channel, and each position f + s p, p the digits of the
+    # column's position
+    digits = [f"col % {math.prod(counts[j:])}LL / {math.prod(counts[j + 1 :])}LL" for j in range(spatial)]
     y_coords = [f"col / {positions}LL", f"batch * {cout_g}LL + row"]
-    y_coords += [f"col % {math.prod(out[2 + j :])}LL / {math.prod(out[3 + j :])}LL" for j in range(spatial)]
+    y_coords += [d if phase is None else f"{f} + {s} * ({d})" for d, f, s in zip(digits, firsts, steps, strict=True)]
+    y_at = linear_index(out, tuple(f"({c})" for c in y_coords))
+    if phase is None:  # the column's position is the output's: no digits
+        y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
     return _pipelined(
-        k.name,
-        k.describe(),
+        name,
+        k.describe() + ("" if phase is None else f"; the phase of outputs from {list(phase)}"),
         (_conv_params(k), ", ".join(_kernel_buffers(k, [])), _launcher_params(k, "cuda")),
         (cout_g, out[0] * positions, depth, groups),
         setup,
-        TileOperand(weights, True, vector, k.w, ([], "", f"{k.w}[{w_at}]") if fp32 else None),
+        TileOperand(weights, True, vector, k.w, (w_located, "", f"{k.w}[{w_at}]") if fp32 else None),
         TileOperand(gather, False, None, k.x, (located, exists, element) if fp32 else None),
         lambda value: _put(k, y_at, tuple(y_coords), value),
         tensor_cores,

@@ -91,6 +91,12 @@ DEPTHWISE_BIAS = problem(
     "        return self.c(x)",
     "[torch.randn(4, 16, 20, 24)]",
 )
+# A transposed convolution with strides deep enough for our product: one product per phase of the outputs
+CONV_TRANSPOSE_PHASES = problem(
+    "        self.c = nn.ConvTranspose2d(16, 32, 4, stride=2, padding=1)",
+    "        return torch.tanh(self.c(x))",
+    "[torch.randn(2, 16, 9, 10)]",
+)
 # A long K: the staged 3xTF32 product's sums in two levels (emit.SPLIT_SUMS_K)
 LONG_K = problem("        pass", "        return a @ b", "[torch.randn(64, 4096), torch.randn(4096, 72)]", args="a, b")
 # Column statistics (reduced dims not the last): a tile of 32 columns per block, 70 of them (the last tile part

@@ -151,6 +151,20 @@ CONVS = {
         "[torch.randn(2, 6, 5, 4)]",
     ),
     "conv1d": ("        self.c = nn.Conv1d(5, 17, 4, padding=3, bias=False)", "[torch.randn(3, 5, 30)]"),
+    # transposed with strides: a product per phase of the outputs, over the taps that meet an input (emit._phases)
+    "transposed_phases_grouped": (
+        "        self.c = nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1, groups=2, bias=False)",
+        "[torch.randn(2, 4, 5, 6)]",
+    ),
+    "transposed_phases_3d": (
+        "        self.c = nn.ConvTranspose3d(3, 8, 3, stride=(2, 1, 3), padding=(1, 0, 1), bias=False)",
+        "[torch.randn(2, 3, 3, 4, 3)]",
+    ),
+    # a kernel shorter than the stride: some outputs meet no tap, and the full product (its zeros) is kept
+    "transposed_taps_under_stride": (
+        "        self.c = nn.ConvTranspose1d(3, 5, 2, stride=3, bias=False)",
+        "[torch.randn(2, 3, 7)]",
+    ),
     # rows of 27 weights: loaded one at a time (rows of a multiple of 4 go 16 bytes a load)
     "conv2d_odd_depth": ("        self.c = nn.Conv2d(3, 8, 3, bias=False)", "[torch.randn(2, 3, 7, 6)]"),
     "conv3d": ("        self.c = nn.Conv3d(3, 16, 2, bias=False)", "[torch.randn(2, 3, 4, 5, 3)]"),

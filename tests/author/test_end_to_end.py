@@ -137,6 +137,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         (problems.LINEAR_RELU, "gemm=tf32x3", "cp_async_wait<1>();"),
         (problems.CONV_BIAS_RELU, "gemm=tf32x3", "const float ep_v = acc[i][j][e];"),
         (problems.LONG_K, "gemm=tf32x3", "const float4 h = held[(i * 4 + j) * 256];"),
+        (problems.CONV_TRANSPOSE_PHASES, "gemm=tf32x3", "k0_conv_p3(in0, p0, p1, out0, stream);"),
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
         (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
@@ -155,6 +156,7 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
         "tf32x3_staged_gemm",
         "conv_epilogue",
         "tf32x3_two_level_sums",
+        "transposed_conv_phases",
         "bf16_cudnn_conv",
         "scaled_product",
         "integer_arithmetic",
@@ -167,7 +169,7 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     elements in 17 registers a lane; a scan chunk by chunk as a block's), our pipelined GEMM and convolution, a
     pipelined GEMM and implicit convolution on TF32 tensor cores (three products each), the same GEMM's K steps
     staged by asynchronous copies (operands of 16-byte groups), its sums in two levels over a long K, a
-    convolution's bias and activation as its epilogue,
+    convolution's bias and activation as its epilogue, a transposed convolution as a product per phase,
     a bfloat16 convolution on
     cuDNN, a product scaled by its operands' factors, integer arithmetic (which host compilers take where nvcc
     does not) and float math on the special-function units."""
@@ -303,6 +305,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         problems.CONV_BIAS_RELU,
         problems.DEPTHWISE_BIAS,
         problems.LONG_K,
+        problems.CONV_TRANSPOSE_PHASES,
     ],
     ids=[
         "rmsnorm",
@@ -322,6 +325,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         "conv_bias_relu_epilogue",
         "depthwise_bias",
         "long_k",
+        "conv_transpose_phases",
     ],
 )
 def test_every_variant_is_correct_on_cuda(source: str) -> None:
