@@ -1371,7 +1371,7 @@ def _staged_tf32x3(
                 else ("(q / 32) * 132 + q % 32 * 4", ("q % 32 * 4", "q / 32"))
             )
             located: list[str] = []
-            copies, exists = 4, ""
+            copies, exists, unroll = 4, "", ""
             copied = f"cp_async4(&{x}s[stage * {size} + {place}], in ? &{operand.vector} : {operand.origin}, in, "
             copied += f"{x}_aligned);"
         else:  # an element a copy, 16 a thread: a warp's are 32 neighbours along k, or along the edge
@@ -1382,10 +1382,11 @@ def _staged_tf32x3(
                 else ("(q / 128) * 132 + q % 128", ("q % 128", "q / 128"))
             )
             located, exists, element = operand.copy
-            copies = 16
+            # 4 at a time: unrolled whole, a gather's 16 address computations spill (a transposed convolution's)
+            copies, unroll = 16, " 4"
             copied = f"cp_async1(&{x}s[stage * {size} + {place}], in ? &{element} : {operand.origin}, in);"
         body = "".join(f"\n            {line}" for line in located)
-        copy = f"""#pragma unroll
+        copy = f"""#pragma unroll{unroll}
         for (int l = 0; l < {copies}; ++l) {{
             const int q = threadIdx.x + l * 256;
             const int64_t {edge} = {edge}0 + {coords[0]}, k = k_next + {coords[1]};{body}
