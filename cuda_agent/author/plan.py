@@ -322,19 +322,19 @@ class Plan:
     def describe(self) -> str:
         lines = []
         for k in self.kernels:
-            if isinstance(k, ConvKernel):
-                lines.append(k.describe())
-            elif isinstance(k, GemmKernel):
-                lines.append(f"{k.name}: {k.node.op} [{k.batch}x]{k.m}x{k.n}x{k.k} -> {k.out}")
-            if not isinstance(k, RowKernel):
-                if k.epilogue is not None:
-                    lines[-1] += f"; epilogue {k.epilogue.name} writes {', '.join(k.writes)}"
-            else:
+            if isinstance(k, RowKernel):
                 reds = ", ".join(r.node.op for r in k.reductions) or "none"
                 lines.append(
                     f"{k.name}: rows {k.outer} x {k.inner} over dims {list(k.reduced)} of {list(k.shape)}; "
                     f"reductions {reds}; writes {', '.join(k.writes)}"
                 )
+                continue
+            if isinstance(k, ConvKernel):
+                lines.append(k.describe())
+            else:
+                lines.append(f"{k.name}: {k.node.op} [{k.batch}x]{k.m}x{k.n}x{k.k} -> {k.out}")
+            if k.epilogue is not None:
+                lines[-1] += f"; epilogue {k.epilogue.name} writes {', '.join(k.writes)}"
         return "\n".join(lines)
 
 
