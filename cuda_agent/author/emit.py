@@ -1335,11 +1335,11 @@ def _staged_tf32x3(
     """``_pipelined``'s 3xTF32 product where both operands have 16-byte groups (``TileOperand.vector``) or can be
     copied an element at a time (``TileOperand.copy``: gathered, or strided): K steps of 32 copied from global to
     shared memory by ``cp_async4`` or ``cp_async1`` (no registers hold them on the way, so a thread keeps only its
-    sums and one step's fragments), ``STAGES`` steps in flight, one barrier a step. Each operand's tile is
-    kept in its own layout (16-byte copies need it): rows of 32 k padded to 40 where k is the contiguous dim, else
-    32 rows of k of 128 padded to 132. A slice's k slots t and t + 4 stand for k 2t and 2t + 1, so that where k
-    is contiguous a fragment's pair is one 8-byte read; the padding puts a warp's reads in distinct banks either
-    way (lane 4 g + t at word 8 g + 2 t, or 8 t + g, of 32).
+    sums and one step's fragments), ``STAGES`` steps in flight, one barrier a step. Each operand's tile is kept
+    in its own layout (16-byte copies need it): rows of 32 k padded to 40 where k is the contiguous dim, else 32
+    rows of k of the tile's edge (128, or 64 rows) padded by 4. A slice's k slots t and t + 4 stand for k 2t and
+    2t + 1, so that where k is contiguous a fragment's pair is one 8-byte read; the padding puts a warp's reads in
+    distinct banks either way (lane 4 g + t at word 8 g + 2 t, or 8 t + g, of 32).
     Sizes that are not whole tiles load zeros by the copies' source size (a group of 4 is all in or all out: the
     size along it is a multiple of 4). ``a``, ``b``, ``store``, ``signature``: as ``_pipelined``'s."""
     m, n, k, batch = sizes
@@ -1347,43 +1347,52 @@ def _staged_tf32x3(
     kt = -(-k // STAGE_K)
     split = k >= SPLIT_SUMS_K
 
-    def tile(x: str, edge: str, operand: TileOperand, edge_size: int) -> tuple[int, Callable[[str, str], str], str]:
+    # Products of at most 64 rows (a Linear or convolution of 64 output channels) take tiles of 64 rows: a
+    # 128-row tile would multiply as many rows of zeros
+    rows = 64 if m <= 64 else 128
+
+    def tile(
+        x: str, edge: str, operand: TileOperand, edge_size: int, edge_tile: int
+    ) -> tuple[int, Callable[[str, str], str], str]:
         """(floats a stage, the fragment pair accessor (``_tf32x3_steps``) on stage ``{x}s_cur``, the copy
-        statements of a stage)."""
-        within = [f"{edge} < {edge_size}LL"] * (edge_size % 128 != 0) + [f"k < {k}LL"] * (k % STAGE_K != 0)
-        if operand.along_k:  # [128 edge][40]: k contiguous, a pair one 8-byte read
-            size = 128 * 40
+        statements of a stage) of a tile ``edge_tile`` long along ``edge``."""
+        within = [f"{edge} < {edge_size}LL"] * (edge_size % edge_tile != 0) + [f"k < {k}LL"] * (k % STAGE_K != 0)
+        pitch = edge_tile + 4
+        if operand.along_k:  # [edge][40]: k contiguous, a pair one 8-byte read
+            size = edge_tile * 40
 
             def pair(h: str, e: str) -> str:
                 return f"*reinterpret_cast<const float2*>(&{x}s_cur[({e}) * 40 + {h} * 8 + 2 * t])"
-        else:  # [32 k][132]
-            size = STAGE_K * 132
+        else:  # [32 k][edge + 4]
+            size = STAGE_K * pitch
 
             def pair(h: str, e: str) -> str:
                 return (
-                    f"make_float2({x}s_cur[({h} * 8 + 2 * t) * 132 + {e}], {x}s_cur[({h} * 8 + 2 * t + 1) * 132 + {e}])"
+                    f"make_float2({x}s_cur[({h} * 8 + 2 * t) * {pitch} + {e}], "
+                    f"{x}s_cur[({h} * 8 + 2 * t + 1) * {pitch} + {e}])"
                 )
 
-        if operand.vector is not None:  # 16-byte groups, 4 a thread: 4 neighbouring k, or rows (A), or columns (B)
+        if operand.vector is not None:  # 16-byte groups: 4 neighbouring k, or rows (A), or columns (B)
+            groups = edge_tile // 4
             place, coords = (
                 ("(q / 8) * 40 + q % 8 * 4", ("q / 8", "q % 8 * 4"))
                 if operand.along_k
-                else ("(q / 32) * 132 + q % 32 * 4", ("q % 32 * 4", "q / 32"))
+                else (f"(q / {groups}) * {pitch} + q % {groups} * 4", (f"q % {groups} * 4", f"q / {groups}"))
             )
             located: list[str] = []
-            copies, exists, unroll = 4, "", ""
+            copies, exists, unroll = edge_tile * STAGE_K // 4 // 256, "", ""
             copied = f"cp_async4(&{x}s[stage * {size} + {place}], in ? &{operand.vector} : {operand.origin}, in, "
             copied += f"{x}_aligned);"
-        else:  # an element a copy, 16 a thread: a warp's are 32 neighbours along k, or along the edge
+        else:  # an element a copy: a warp's are 32 neighbours along k, or along the edge
             assert operand.copy is not None
             place, coords = (
                 ("(q / 32) * 40 + q % 32", ("q / 32", "q % 32"))
                 if operand.along_k
-                else ("(q / 128) * 132 + q % 128", ("q % 128", "q / 128"))
+                else (f"(q / {edge_tile}) * {pitch} + q % {edge_tile}", (f"q % {edge_tile}", f"q / {edge_tile}"))
             )
             located, exists, element = operand.copy
             # 4 at a time: unrolled whole, a gather's 16 address computations spill (a transposed convolution's)
-            copies, unroll = 16, " 4"
+            copies, unroll = edge_tile * STAGE_K // 256, " 4"
             copied = f"cp_async1(&{x}s[stage * {size} + {place}], in ? &{element} : {operand.origin}, in);"
         body = "".join(f"\n            {line}" for line in located)
         copy = f"""#pragma unroll{unroll}
@@ -1395,9 +1404,10 @@ def _staged_tf32x3(
         }}"""
         return size, pair, copy
 
-    a_size, a_pair, a_copy = tile("a", "row", a, m)
-    b_size, b_pair, b_copy = tile("b", "col", b, n)
-    accumulators, steps, epilogue = _tf32x3_steps(m, n, store, a_pair, b_pair, STAGE_K // 8)
+    a_size, a_pair, a_copy = tile("a", "row", a, m, rows)
+    b_size, b_pair, b_copy = tile("b", "col", b, n, 128)
+    frags = rows // 32  # a warp's 16-row fragments: its 4 x 2 warps take rows // 2 rows each
+    accumulators, steps, epilogue = _tf32x3_steps(m, n, store, a_pair, b_pair, STAGE_K // 8, frags)
     setup_lines = "\n".join("    " + line for line in [*setup, *_alignment_flags(a, b)])
     fetch = f"""if (k_next < {k}LL) {{
         {a_copy}
@@ -1405,16 +1415,16 @@ def _staged_tf32x3(
         }}
         cp_async_commit();  // a group every step, empty past K: the wait below counts groups"""
     tiles = STAGES * (a_size + b_size)
-    smem = (tiles + 256 * 64 * split) * 4
+    smem = (tiles + 256 * 16 * frags * split) * 4
     held = hold = fold = ""
-    if split:  # SPLIT_SUMS_K; a thread's 16 float4 of held sums, 256 apart: a warp's accesses are 512 bytes in a row
+    if split:  # SPLIT_SUMS_K; a thread's float4 of held sums, 256 apart: a warp's accesses are 512 bytes in a row
         held = f"""
     float4* const held = reinterpret_cast<float4*>(tile_smem + {tiles}) + threadIdx.x;
-    for (int q = 0; q < 16; ++q) held[q * 256] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);"""
+    for (int q = 0; q < {4 * frags}; ++q) held[q * 256] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);"""
         hold = f"""
         if (step % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < {frags}; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {{
                     const float4 h = held[(i * 4 + j) * 256];
@@ -1423,20 +1433,20 @@ def _staged_tf32x3(
                     acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
                 }}
         }}"""
-        fold = """#pragma unroll
-    for (int i = 0; i < 4; ++i)
+        fold = f"""#pragma unroll
+    for (int i = 0; i < {frags}; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < 4; ++j) {{
             const float4 h = held[(i * 4 + j) * 256];
             acc[i][j][0] += h.x; acc[i][j][1] += h.y; acc[i][j][2] += h.z; acc[i][j][3] += h.w;
-        }
+        }}
 """
-    return f"""// {what}; 128x128 tiles of C on TF32 tensor cores, K steps of {STAGE_K}, {STAGES} in flight.
+    return f"""// {what}; {rows}x128 tiles of C on TF32 tensor cores, K steps of {STAGE_K}, {STAGES} in flight.
 __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     extern __shared__ __align__(16) float tile_smem[];
     float* const as = tile_smem;  // [stage][A's tile]
     float* const bs = tile_smem + {STAGES * a_size};  // [stage][B's tile]{held}
-    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * 128, col0 = (int64_t)blockIdx.x * 128;
+    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * {rows}, col0 = (int64_t)blockIdx.x * 128;
 {setup_lines}
     {accumulators}
 #pragma unroll
@@ -1461,7 +1471,7 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
 
 extern "C" void {name}({launcher}) {{
     cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem});
-    dim3 grid(({n} + 127) / 128, ({m} + 127) / 128, {batch});
+    dim3 grid(({n} + 127) / 128, ({m} + {rows - 1}) / {rows}, {batch});
     {name}_kernel<<<grid, 256, {smem}, stream>>>({args});
 }}
 """
@@ -1534,6 +1544,7 @@ def _tf32x3_steps(
     a_pair: Callable[[str, str], str],
     b_pair: Callable[[str, str], str],
     slices: int = 2,
+    frags: int = 4,
 ) -> tuple[str, str, str]:
     """``_pipelined``'s accumulators, K step and epilogue on TF32 tensor cores (``mma_tf32``, sm_80 and later) at
     float32 accuracy: each operand is split into its nearest TF32 value and the rest (at most 2^-11 of it, either
@@ -1543,21 +1554,21 @@ def _tf32x3_steps(
     rounded ones pass). Three tensor-core products still outrun one FMA product, and a single TF32 product (about
     5e-4 relative) would fail float32 tolerances. The split is an integer add, a mask and a subtraction (sm_90 has
     no TF32 rounding instruction; nvcc emulates one in 4).
-    Each of the 8 warps computes 64x32 of the tile as 4x4 products of 16x8; a K step's products are summed on
-    tensor cores from zero (all small terms first: in a numpy model of 65536 sums of K = 8192 products, the worst
-    error against float64 falls from 0.79 of the 1e-4 tolerance to 0.56) and added to the float32 sums on the FMA
-    units. Fragments are read from shared memory as PTX lays them out (lane = 4 g + t: A's rows g and g + 8 at k
-    slots t and t + 4, B's column g at k slots t and t + 4), and each thread stores its sums at their (row, col)
-    directly: C's rows g and g + 8, columns 2t and 2t + 1 of each 16x8.
+    Each of the 8 warps computes 64x32 of the tile (32x32 of a 64-row one) as 4x4 (2x4) products of 16x8; a K
+    step's products are summed on tensor cores from zero (all small terms first: in a numpy model of 65536 sums of
+    K = 8192 products, the worst error against float64 falls from 0.79 of the 1e-4 tolerance to 0.56) and added to
+    the float32 sums on the FMA units. Fragments are read from shared memory as PTX lays them out (lane = 4 g + t:
+    A's rows g and g + 8 at k slots t and t + 4, B's column g at k slots t and t + 4), and each thread stores its
+    sums at their (row, col) directly: C's rows g and g + 8, columns 2t and 2t + 1 of each 16x8.
     ``a_pair(h, row)``, ``b_pair(h, col)``: a float2 of the operand's elements at k slots t and t + 4 of slice
     ``h`` of the step (A at ``row``, B at ``col``, within the tile). Which k a slot stands for is the layout's
     choice, the same for both operands (a product sums over every k alike); ``slices``: the step's K in slices of
-    8 (B's fragments of all are held)."""
-    accumulators = """const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
+    8 (B's fragments of all are held); ``frags``: a warp's fragments of 16 rows (4: 128-row tiles; 2: 64)."""
+    accumulators = f"""const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
     const int g = lane / 4, t = lane % 4;
-    float acc[4][4][4] = {};  // [16 rows][8 columns][the thread's 4 of them]"""
+    float acc[{frags}][4][4] = {{}};  // [16 rows][8 columns][the thread's 4 of them]"""
     b_frag = b_pair("h", "wn * 32 + j * 8 + g")
-    a_frag = a_pair("h", "wm * 64 + i * 16 + g + 8 * r")
+    a_frag = a_pair("h", f"wm * {16 * frags} + i * 16 + g + 8 * r")
     steps = f"""        {{
             // B's fragments of the step (every slice of K) are split once and held; A's a row of products at a
             // time (fewer registers live).
@@ -1573,7 +1584,7 @@ def _tf32x3_steps(
                     b_small[h][j][1] = v.y - b_big[h][j][1];
                 }}
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {{
+            for (int i = 0; i < {frags}; ++i) {{
                 float part[4][4] = {{}}, a_big[{slices}][4];
 #pragma unroll
                 for (int h = 0; h < {slices}; ++h) {{
@@ -1607,12 +1618,12 @@ def _tf32x3_steps(
             }}
         }}"""
     epilogue = f"""#pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < {frags}; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {{
-                const int64_t row = row0 + wm * 64 + i * 16 + g + 8 * (e / 2);
+                const int64_t row = row0 + wm * {16 * frags} + i * 16 + g + 8 * (e / 2);
                 const int64_t col = col0 + wn * 32 + j * 8 + 2 * t + e % 2;
                 if (row < {m}LL && col < {n}LL) {{ {store("acc[i][j][e]")} }}
             }}"""

@@ -114,6 +114,9 @@ GEMMS = {
     # 16-byte groups (sizes multiples of 4) over ragged tiles and a K of one partial step: groups past the edges
     # copied in as zeros
     "ragged_groups": ("        return a @ b", "[torch.randn(132, 36), torch.randn(36, 136)]", "a, b"),
+    # at most 64 rows: tiles of 64 rows (3xTF32), A in 16-byte groups along k, then along its rows (transposed)
+    "short_rows": ("        return a @ b", "[torch.randn(36, 64), torch.randn(64, 72)]", "a, b"),
+    "short_rows_transposed": ("        return a.t() @ b", "[torch.randn(40, 64), torch.randn(40, 136)]", "a, b"),
     # an operand 4 bytes past a 16-byte boundary: its loads one element at a time, the other's 16 bytes
     "misaligned_operand": (
         "        return a @ b",
