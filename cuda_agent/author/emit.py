@@ -21,7 +21,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from cuda_agent.author.ir import HALF_TYPES, Node, Unsupported, loaded, reduction, stored
@@ -1064,10 +1064,12 @@ def _put(k: GemmKernel | ConvKernel, flat: str, coords: tuple[str, ...], value: 
     return "{\n" + _indent(lines, 4) + "\n}"
 
 
-def _gemm_put(g: GemmKernel, value: str) -> str:
-    """``_put`` of our GEMM kernels' element at ``row``, ``col`` of the product ``batch``."""
-    flat = f"batch * {g.m * g.n}LL + row * {g.n}LL + col"
-    return _put(g, flat, ("batch", "row", "col")[3 - len(g.node.shape) :], _scaled(g, value))
+def _gemm_put(g: GemmKernel, value: str, transposed: bool = False) -> str:
+    """``_put`` of our GEMM kernels' element at ``row``, ``col`` of the product ``batch`` (``transposed``: at
+    ``col``, ``row``, a kernel computing the transpose)."""
+    row, col = ("col", "row") if transposed else ("row", "col")
+    flat = f"batch * {g.m * g.n}LL + {row} * {g.n}LL + {col}"
+    return _put(g, flat, ("batch", row, col)[3 - len(g.node.shape) :], _scaled(g, value))
 
 
 def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
@@ -1135,7 +1137,21 @@ extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
 
 
 def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
-    """Our GEMM on the pipelined tile kernel (``_pipelined``): A and B through their strides."""
+    """Our GEMM on the pipelined tile kernel (``_pipelined``): A and B through their strides. On tensor cores, whose
+    tiles are 128 columns wide (and 64 or 128 rows), a product of at most 64 columns and more rows (an attention's
+    probabilities times its values) runs as its transpose, B^T A^T: its columns the tiles' rows."""
+    if tensor_cores and g.n <= 64 < g.m:
+
+        def flip(strides: list[int]) -> list[int]:
+            return [*strides[:-2], strides[-1], strides[-2]]
+
+        a, b = replace(g.b, strides=flip(g.b.strides)), replace(g.a, strides=flip(g.a.strides))
+        return _gemm_tiles(replace(g, a=a, b=b, m=g.n, n=g.m), True, lambda value: _gemm_put(g, value, True))
+    return _gemm_tiles(g, tensor_cores, lambda value: _gemm_put(g, value))
+
+
+def _gemm_tiles(g: GemmKernel, tensor_cores: bool, store: Callable[[str], str]) -> str:
+    """``_cuda_gemm_pipelined``'s kernel of ``g``, its values stored by ``store``."""
     s = _strides(g)
     a_element, b_element = _tile_elements(g)
     a_along_k, b_along_k = s["sak"] == 1 or s["sam"] != 1, s["sbn"] != 1 and s["sbk"] == 1
@@ -1166,7 +1182,7 @@ def _cuda_gemm_pipelined(g: GemmKernel, tensor_cores: bool = False) -> str:
         TileOperand(
             [f"vb = {loaded(g.node, b_element)};"], b_along_k, b_element if b_vector else None, "pb", copy(b_element)
         ),
-        lambda value: _gemm_put(g, value),
+        store,
         tensor_cores,
     )
 

@@ -117,6 +117,13 @@ GEMMS = {
     # at most 64 rows: tiles of 64 rows (3xTF32), A in 16-byte groups along k, then along its rows (transposed)
     "short_rows": ("        return a @ b", "[torch.randn(36, 64), torch.randn(64, 72)]", "a, b"),
     "short_rows_transposed": ("        return a.t() @ b", "[torch.randn(40, 64), torch.randn(40, 136)]", "a, b"),
+    # at most 64 columns and more rows: on tensor cores, the transposed product B^T A^T (its columns the tiles' rows)
+    "narrow_columns": ("        return a @ b", "[torch.randn(130, 48), torch.randn(48, 20)]", "a, b"),
+    "narrow_columns_batched_scaled": (
+        "        return torch.bmm(a * 0.5, b)",
+        "[torch.randn(2, 70, 36), torch.randn(2, 36, 64)]",
+        "a, b",
+    ),
     # an operand 4 bytes past a 16-byte boundary: its loads one element at a time, the other's 16 bytes
     "misaligned_operand": (
         "        return a @ b",
@@ -188,6 +195,10 @@ def test_our_convolutions_match_the_reference_emulated(name: str, tmp_path: Path
 EPILOGUES = {
     "linear_gelu": problems.problem(
         "        self.fc = nn.Linear(36, 70)", "        return F.gelu(self.fc(x))", "[torch.randn(130, 36)]"
+    ),
+    # a classifier's head: 10 columns, its product transposed on tensor cores, the bias along the kernel's rows
+    "narrow_linear_relu": problems.problem(
+        "        self.fc = nn.Linear(36, 10)", "        return torch.relu(self.fc(x))", "[torch.randn(130, 36)]"
     ),
     "bmm_scaled_residual": problems.problem(
         "        pass",
