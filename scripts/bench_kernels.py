@@ -5,7 +5,8 @@ nvcc, run on the problem's seeded inputs, checked against the eager reference (w
 KernelBench's 1e-4/1e-4 tolerance, by the verifier's rule: over 1 fails) and timed with CUDA events against the
 eager module, in all and each kernel alone, with the bytes its buffers hold (what it must move at least) over its
 time. Faster than the whole optimize run (no search, no sandbox), so kernels can be compared and located in one
-device call; `--ncu` instead runs each setting's kernels once (run it under `ncu`).
+device call; `--ncu` instead runs the first problem's kernels once a setting (run it under `ncu`: our kernels are
+named k<n>_...).
 
     python3 scripts/bench_kernels.py --problems gemm_square gemm_transposed_b --stages 3 4
     python3 scripts/bench_kernels.py --problems norm_layernorm norm_groupnorm --variant best
@@ -143,10 +144,11 @@ def main() -> None:
     )
     parser.add_argument("--stages", nargs="+", type=int, default=[emit.STAGES])
     parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--ncu", action="store_true", help="run each setting once, untimed (under ncu)")
+    parser.add_argument("--ncu", action="store_true", help="the first problem once a setting, untimed (under ncu)")
     args = parser.parse_args()
+    problems = args.problems[:1] if args.ncu else args.problems
     with tempfile.TemporaryDirectory() as tmp:
-        for name, stages in itertools.product(args.problems, args.stages):
+        for name, stages in itertools.product(problems, args.stages):
             path = Path(name) if name.endswith(".py") else ROOT / "examples" / "dev" / f"{name}.py"
             print(bench(path, args.variant, stages, args.iters, Path(tmp), args.ncu), flush=True)
 

@@ -128,15 +128,10 @@ args=${KERNELS_ARGS:---problems gemm_square gemm_transposed_b gemm_bmm gemm_tall
 # shellcheck disable=SC2086
 timeout "${KERNELS_TIMEOUT:-300}" python3 scripts/bench_kernels.py $args 2>&1 | tee "$OUT/kernels.log"
 if [ "${KERNELS_NCU:-1}" = 1 ]; then
-  # The first problem alone (its variant as asked), each of our kernels (named k<n>_...) once
-  first=$(python3 -c "import sys; a = sys.argv[1:]; i = a.index('--problems'); print(a[i + 1])" $args)
-  rest=$(python3 -c "import sys; a = sys.argv[1:]; i = a.index('--problems') + 1
-while i < len(a) and not a[i].startswith('--'): i += 1
-print(' '.join(a[:a.index('--problems')] + a[i:]))" $args)
   # shellcheck disable=SC2086
   timeout 150 ncu --clock-control none -k regex:^k[0-9]+_ --launch-count 4 --section SpeedOfLight \
     --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
-    python3 scripts/bench_kernels.py --problems "$first" $rest --ncu 2>&1 | grep -v "^==PROF==" | tee "$OUT/kernels-ncu.log"
+    python3 scripts/bench_kernels.py $args --ncu 2>&1 | grep -v "^==PROF==" | tee "$OUT/kernels-ncu.log"
 fi
 fi
 

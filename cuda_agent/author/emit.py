@@ -2010,9 +2010,11 @@ def _implicit_product(k: ConvKernel, tensor_cores: bool, name: str, phase: tuple
     digits = [f"col % {math.prod(counts[j:])}LL / {math.prod(counts[j + 1 :])}LL" for j in range(spatial)]
     y_coords = [f"col / {positions}LL", f"batch * {cout_g}LL + row"]
     y_coords += [d if phase is None else f"{f} + {s} * ({d})" for d, f, s in zip(digits, firsts, steps, strict=True)]
-    y_at = linear_index(out, tuple(f"({c})" for c in y_coords))
-    if phase is None:  # the column's position is the output's: no digits
-        y_at = f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
+    y_at = (  # without phases the column's position is the output's: no digits
+        f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
+        if phase is None
+        else linear_index(out, tuple(f"({c})" for c in y_coords))
+    )
     return _pipelined(
         name,
         k.describe() + ("" if phase is None else f"; the phase of outputs from {list(phase)}"),
