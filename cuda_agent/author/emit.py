@@ -24,11 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from cuda_agent.author.ir import HALF_TYPES, Node, Unsupported, loaded, reduction, stored
+from cuda_agent.author.ir import HALF_TYPES, Node, OpKind, Unsupported, loaded, reduction, stored
 from cuda_agent.author.plan import (
     ConvKernel,
     FusedReduction,
     GemmKernel,
+    Kernel,
     Plan,
     RowKernel,
     Scope,
@@ -188,6 +189,15 @@ __device__ T tile_reduce(T v, Op op, T identity) {
     v = identity;
     for (int w = 0; w < warps; ++w) v = op(v, partial[w][lane]);
     return v;
+}
+
+// A split row's result (emit.split_rows): the partial results of its n blocks, combined by every thread of a block
+// in the same order in every block and every launch, so all of them see the same value.
+template <typename T, typename Op>
+__device__ T combine_partials(const T* p, int n, Op op, T identity) {
+    T v = identity;
+    for (int s = threadIdx.x; s < n; s += blockDim.x) v = op(v, p[s]);
+    return block_reduce(v, op, identity);
 }
 
 // Inclusive scan over the block's threads in order; *total gets the combination of all of them. Leading barrier:
@@ -505,10 +515,14 @@ _GUARDS = {
 }
 
 
-def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: str = "none") -> list[str]:
+def _row_body(
+    kernel: RowKernel, device: str, layout: str, block: int, cache: str = "none", launch: int | None = None
+) -> list[str]:
     """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs) in ``layout`` (_LANES);
     ``cache``: where a block or a warp per row keeps the operands several passes read ("regs", "smem": a block's
-    only; ``row_cache``), or "none"."""
+    only; ``row_cache``), or "none". ``launch``: of a split row (``split_rows``), the statements of that launch for
+    the block's segment of the row: pass ``launch`` over it (the earlier passes' results combined from their
+    partials), or the outputs after the last pass."""
     shape, reduced = kernel.shape, list(kernel.reduced)
     outer = [j for j in range(len(shape)) if j not in reduced]
     full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
@@ -525,7 +539,18 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     start, step, combine_threads = _LANES[layout]
     step = step.format(block=block, warps=block // 32)
     row_guard, element_guard = _GUARDS[layout]
-    loop = f"for (int64_t r = {start}; r < {kernel.inner}LL; r += {step})"
+    # The elements the row's threads visit: the row, or the block's segment of a split row.
+    first_group, bound = f"(int64_t)({start}) * 4", f"{kernel.inner}LL"
+    split = launch is not None
+    if split:
+        segment = split_segment(kernel)
+        lines += [
+            f"const int64_t seg0 = (int64_t)blockIdx.x * {segment};",
+            f"const int64_t seg_end = seg0 + {segment} < {bound} ? seg0 + {segment} : {bound};",
+        ]
+        start, first_group, bound = "seg0 + threadIdx.x", "seg0 + (int64_t)threadIdx.x * 4", "seg_end"
+        row_guard = "if (threadIdx.x == 0 && blockIdx.x == 0) "
+    loop = f"for (int64_t r = {start}; r < {bound}; r += {step})"
     cached: dict[str, str] = {}
     threads = 32 if layout == "warp" else block
     caching = (layout == "block" and cache != "none") or (layout == "warp" and cache == "regs")
@@ -537,11 +562,14 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
     grouped = _grouped(kernel) and layout in ("block", "warp")
     in_registers = bool(buffers) and cache == "regs"
     # The elements one thread's partial results cover (its running sums' terms).
-    share = -(-kernel.inner // {"thread": 1, "block": block, "warp": 32, "tile": block // 32}[layout])
+    share = -(
+        -(split_segment(kernel) if split else kernel.inner)
+        // {"thread": 1, "block": block, "warp": 32, "tile": block // 32}[layout]
+    )
     # Every item of every thread in the row (rows a multiple of the threads' items long): no bounds test.
     exact = items * threads == kernel.inner
     element = walked
-    if grouped or in_registers:
+    if (grouped or in_registers) and not split:
         unroll = "#pragma unroll\n" if in_registers else ""
         loop = f"{unroll}for (int k = 0; k < {items}; ++k)"
         share = items
@@ -613,15 +641,14 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
         post = [f"store4({b} + {at}, w_{b}, aligned);" for b, _ in outputs]
         group = [*pre, *_unrolled("for (int j = 0; j < 4; ++j)", each), *post]
         if not in_registers:  # a loop at run time over the thread's groups
-            return _loop(
-                f"for (int64_t r0 = (int64_t)({start}) * 4; r0 < {kernel.inner}LL; r0 += {threads * 4})", group
-            )
+            return _loop(f"for (int64_t r0 = {first_group}; r0 < {bound}; r0 += {threads * 4})", group)
         first = f"((int64_t)g * {threads} + {start}) * 4"
         head = f"#pragma unroll\nfor (int g = 0; g < {items // 4}; ++g)"
         if exact:
             return _loop(head, [f"const int64_t r0 = {first};", *group])
         return _loop(f"{head} if (const int64_t r0 = {first}; r0 < {kernel.inner}LL)", group)
 
+    looped = 0  # passes with a loop over the row so far
     for group in _passes(kernel.reductions):
         if group[0].invariant:
             red = group[0]
@@ -629,6 +656,16 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
             lines += red.scope.stmts
             folded = {"sum": f"{red.value} * ({t}){kernel.inner}", "prod": f"pow({red.value}, ({t}){kernel.inner})"}
             lines.append(f"const {t} {red.var} = {folded.get(red.node.op, red.value)};")
+            continue
+        if launch is not None and looped < launch:  # an earlier launch's pass: its blocks' partial results combined
+            for red in group:
+                identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
+                partials = f"{kernel.partials[red.var]} + o * {kernel.split}"
+                combined = (
+                    f"combine_partials<{t}>({partials}, {kernel.split}, {_OPS[red.node.op]}(), ({t})({identity}))"
+                )
+                lines.append(f"const {t} {red.var} = {combined};")
+            looped += 1
             continue
         body = []
         loads = _pass_quads(quads, cached, [red.scope for red in group])
@@ -656,6 +693,11 @@ def _row_body(kernel: RowKernel, device: str, layout: str, block: int, cache: st
                 lines.append(f"const {t} {red.var} = {combined};")
             else:
                 lines.append(f"const {t} {red.var} = acc_{red.var};")
+        if split and looped == launch:  # this launch's pass: the block's partial results, and no more
+            stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + blockIdx.x] = {r.var};" for r in group)
+            lines.append(f"if (threadIdx.x == 0) {{ {stores} }}")
+            return lines
+        looped += 1
     if kernel.scan is not None and layout in ("block", "warp"):
         lines += _chunked_scan(
             kernel, walked, full_index, layout, threads, cached if in_registers else {}, exact, quads
@@ -898,7 +940,70 @@ def _layout(kernel: RowKernel, variant: Variant) -> str:
     return choice
 
 
+# Rows too few to give every SM several blocks a row each (a norm over all dims but the first, a batch norm's
+# channels, a whole tensor's norm) are split: about SPLIT_BLOCKS blocks in all, each a segment of the row of at least
+# SPLIT_MIN_SEGMENT elements, so that its reads outweigh the launches and the combining of partial results.
+SPLIT_BLOCKS = 1024
+SPLIT_MIN_SEGMENT = 8192
+
+
+def split_rows(kernel: RowKernel, variant: Variant) -> int:
+    """Blocks each row of ``kernel`` is split into under ``variant`` (1: a block per row, or another layout): rows
+    along the last dim (a block's threads read them contiguously), of reductions whose partial results combine (a
+    scan's do not), where the layout is left to the author and no block keeps its row (``Variant.cache``)."""
+    if (
+        variant.rows != "auto"
+        or variant.cache != "none"
+        or not kernel.reduced
+        or not kernel.along_last
+        or kernel.scan is not None
+        or any(r.node.op not in _OPS for r in kernel.reductions if not r.invariant)
+    ):
+        return 1
+    return max(1, min(-(-SPLIT_BLOCKS // kernel.outer), kernel.inner // SPLIT_MIN_SEGMENT))
+
+
+def split_segment(kernel: RowKernel) -> int:
+    """Elements of a split row each block covers: a multiple of 4, so a thread's groups of 4 (``_quads``) never
+    straddle two segments; the last blocks' segments may be short or empty."""
+    return -(-kernel.inner // (kernel.split * 4)) * 4
+
+
+def _split_launches(kernel: RowKernel) -> int:
+    """A split row's launches: one per pass over the row, then one for its outputs."""
+    return sum(not group[0].invariant for group in _passes(kernel.reductions)) + 1
+
+
+def _cuda_split_row(kernel: RowKernel, variant: Variant) -> str:
+    """A split row kernel (``split_rows``): a launch per pass, each a block per segment of each row (blockIdx.x the
+    segment, blockIdx.y the row), then one for the outputs; a row's reduced outputs are its first block's to store."""
+    params, names = _params(kernel, "cuda")
+    block, text, launches = variant.block, "", []
+    for launch in range(_split_launches(kernel)):
+        last = launch == _split_launches(kernel) - 1
+        name = f"{kernel.name}_{'kernel' if last else f'pass{launch}'}"
+        body = _row_body(kernel, "cuda", "block", block, launch=launch)
+        text += f"""
+__global__ void __launch_bounds__({block}) {name}({params}) {{
+    const int64_t o = blockIdx.y;
+{_indent(body, 4)}
+}}
+"""
+        segments = kernel.split if kernel.full_outputs or not last else 1
+        launches.append(f"{name}<<<dim3({segments}, {kernel.outer}), {block}, 0, stream>>>({names});")
+    return (
+        text
+        + f"""
+extern "C" void {kernel.name}({_launcher_params(kernel, "cuda")}) {{
+{_indent(launches, 4)}
+}}
+"""
+    )
+
+
 def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
+    if kernel.split > 1:
+        return _cuda_split_row(kernel, variant)
     params, names = _params(kernel, "cuda")
     layout = _layout(kernel, variant)
     block = variant.block
@@ -2161,7 +2266,22 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             return variant.conv in ("direct", "implicit")
         return not variant.gemm.startswith("cublas") or _cublas_gemm(k, False) is None
 
-    return fuse_epilogues(plan, own)
+    plan = fuse_epilogues(plan, own)
+    if device != "cuda":
+        return plan
+    kernels: list[Kernel] = []
+    buffers = dict(plan.buffers)
+    for k in plan.kernels:
+        split = split_rows(k, variant) if isinstance(k, RowKernel) else 1
+        if isinstance(k, RowKernel) and split > 1:  # each looped reduction's partials: a value per row and segment
+            partials = {r.var: f"b{k.name}_{r.var}" for r in k.reductions if not r.invariant}
+            nodes = {r.var: r.node for r in k.reductions}
+            for var, name in partials.items():
+                buffers[name] = Node(name, "partials", OpKind.REDUCTION, (k.outer, split), nodes[var].dtype)
+            writes = {**k.writes, **{b: buffers[b] for b in partials.values()}}
+            k = replace(k, split=split, partials=partials, writes=writes)
+        kernels.append(k)
+    return replace(plan, kernels=kernels, buffers=buffers)
 
 
 def emit_source(plan: Plan, device: str, variant: Variant) -> str:

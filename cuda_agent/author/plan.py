@@ -220,6 +220,11 @@ class RowKernel:
     # of the kernel's element i0.. in the buffer; None: at the kernel's own index.
     store_at: str | None = None
     values: int = 0  # statements named so far
+    # Blocks a row is split into (emit.split_rows: rows too few to fill the GPU a block each): each pass over the
+    # row is a launch of its own, its blocks' partial results kept in ``partials`` (reduction var -> buffer of
+    # outer x split values) and combined by the blocks of the later launches.
+    split: int = 1
+    partials: dict[str, str] = field(default_factory=dict)
 
     @property
     def reduced(self) -> tuple[int, ...]:
@@ -481,20 +486,57 @@ class Planner:
             if red is not node and rows != own and red.attrs["dims"] and not self._needs_staging(red):
                 groups.setdefault(rows, []).append(red)
         for (shape, dims), reds in groups.items():
-            if len(reds) < 2 or node.shape == shape:  # one reduction, or ones this kernel may fuse
+            if node.shape == shape:  # reductions this kernel may fuse
+                continue
+            # The arithmetic on them that is the same for a whole row (a norm's mean and reciprocal standard
+            # deviation from its sums) is done once a row here, not once an element by the kernel reading it.
+            values = [v for v in self._row_values(node, reds) if v not in reds]
+            if len(reds) < 2 and not values:  # one reduction alone: the kernel reading it plans it
                 continue
             kernel = RowKernel("", shape, dims)
-            names = [self._scratch() for _ in reds]
-            for red, name in zip(reds, names, strict=True):
-                coords = self._expected(kernel, red)
+            outs = [*reds, *values]
+            names = [self._scratch() for _ in outs]
+            for out, name in zip(outs, names, strict=True):
+                coords = reshape_coords(out.shape, reds[0].shape, self._expected(kernel, reds[0]))
                 kernel.reduced_outputs.append(
-                    (name, self.value(kernel, kernel.row_scope, red, coords), linear_index(red.shape, coords))
+                    (name, self.value(kernel, kernel.row_scope, out, coords), linear_index(out.shape, coords))
                 )
-                kernel.writes[name] = red
-            self._add(kernel, reds[-1], names[-1])
-            for red, name in zip(reds[:-1], names[:-1], strict=True):  # the last one _add recorded
-                self.materialized[id(red)] = name
-                self.buffers[name] = red
+                kernel.writes[name] = out
+            self._add(kernel, outs[-1], names[-1])
+            for out, name in zip(outs[:-1], names[:-1], strict=True):  # the last one _add recorded
+                self.materialized[id(out)] = name
+                self.buffers[name] = out
+
+    def _row_values(self, node: Node, reds: list[Node]) -> list[Node]:
+        """The values ``node`` reads that are computed from reductions ``reds`` (over the same rows) alone, one a
+        row (pointwise arithmetic and reshapes of them): the last ones before its per-element work."""
+        rows = reds[0].numel
+        per_row: dict[int, bool] = {id(r): True for r in reds}
+
+        def row_level(n: Node) -> bool:
+            if id(n) not in per_row:
+                per_row[id(n)] = (
+                    n is not node
+                    and id(n) not in self.materialized
+                    and n.numel == rows
+                    and (n.kind is OpKind.POINTWISE or n.op == "reshape")
+                    and bool(n.inputs())
+                    and all(row_level(a) for a in n.inputs())
+                )
+            return per_row[id(n)]
+
+        found: dict[int, Node] = {}
+        stack, seen = [node], set()
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or id(n) in self.materialized:
+                continue
+            seen.add(id(n))
+            if row_level(n):
+                found[id(n)] = n
+            elif n.kind in (OpKind.POINTWISE, OpKind.VIEW):
+                stack.extend(n.inputs())
+        return list(found.values())
 
     def _scratch(self) -> str:
         """A new intermediate buffer's name."""
@@ -530,6 +572,14 @@ class Planner:
         if node.kind is OpKind.VIEW and id(node) in self.materialized:  # staged: written in the view's own layout
             return self._load(kernel, scope, node, self.materialized[id(node)], coords)
         if node.kind is OpKind.VIEW:
+            source = self._reshaped_buffer(node)
+            if source is not None and node.shape == kernel.shape and coords == _own(kernel):
+                # The kernel's element i is the buffer's element i: read at the kernel's own index (emit.py may
+                # load these 16 bytes at a time), not through the coordinates of another shape.
+                buffer = self.materialized[id(source)]
+                kernel.reads[buffer] = source
+                scope.identity_loads[buffer] = source
+                return f"ld_{buffer}"
             return self.value(kernel, scope, node.args[0], view_coords(node, coords))
         # A reduction another kernel wrote is one load per row; fused again, it would be another pass over the row.
         if node.kind is OpKind.REDUCTION and id(node) not in self.materialized and self._fusable(kernel, node, coords):
@@ -659,10 +709,18 @@ class Planner:
         divisor = f"n_{var}" if counted else str(a["divisor"]) if a["divisor"] else " * ".join(sizes)
         return f"({var} / ({t})({divisor}))"
 
+    def _reshaped_buffer(self, view: Node) -> Node | None:
+        """The materialized node a chain of reshapes ``view`` ends in (a buffer holding its elements in the same
+        order: inputs and parameters are made contiguous, kernels write contiguously), or None."""
+        node = view
+        while node.kind is OpKind.VIEW and node.op == "reshape" and id(node) not in self.materialized:
+            node = node.args[0]
+        return node if node is not view and id(node) in self.materialized else None
+
     def _load(self, kernel: RowKernel, scope: Scope, node: Node, buffer: str, coords: Coords) -> str:
         kernel.reads[buffer] = node
         index = linear_index(node.shape, coords)
-        own = linear_index(kernel.shape, tuple(f"i{j}" for j in range(len(kernel.shape))))
+        own = linear_index(kernel.shape, _own(kernel))
         if node.shape == kernel.shape and index == own:
             # Read at the kernel's own element: emit.py may load these 16 bytes at a time.
             scope.identity_loads[buffer] = node
@@ -830,6 +888,11 @@ _MATERIALIZED = frozenset({OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.SCAN, Op
 _MIXED = frozenset(
     {"cast", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan"}
 )
+
+
+def _own(kernel: RowKernel) -> Coords:
+    """The coordinates of a kernel's own element."""
+    return tuple(f"i{j}" for j in range(len(kernel.shape)))
 
 
 def _view_strides(view: Node, strides: list[int]) -> list[int] | None:

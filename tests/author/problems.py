@@ -32,6 +32,10 @@ LAYERNORM = problem("        self.norm = nn.LayerNorm(96)", "        return self
 # Rows too long for a thread's registers at any block size (40,000 floats, 160 KB): a cached row goes to shared
 # memory, past the 48 KB a kernel gets without opting in.
 LONG_ROWS = problem("        self.norm = nn.LayerNorm(40000)", "        return self.norm(x)", "[torch.randn(4, 40000)]")
+# Four rows of 65,536 (a channel's values over dims 0, 2 and 3): each split across 8 blocks (emit.split_rows)
+BATCHNORM_TRAINING = problem(
+    "        self.bn = nn.BatchNorm2d(4)", "        return self.bn(x)", "[3.0 + torch.randn(8, 4, 64, 128)]"
+)
 LINEAR_RELU = problem(
     "        self.fc = nn.Linear(48, 40)", "        return torch.relu(self.fc(x))", "[torch.randn(24, 48)]"
 )

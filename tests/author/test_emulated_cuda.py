@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuda_agent.author import capture_problem, plan_graph
+from cuda_agent.author import capture_problem, emit, plan_graph
 from cuda_agent.author.emit import Variant, variant_plan
 from cuda_agent.author.plan import RowKernel
 from cuda_agent.author.search import variants
@@ -229,3 +229,45 @@ def test_epilogues_of_our_products_and_convolutions_match_the_reference_emulated
     for variant in ours:
         assert any(getattr(k, "epilogue", None) for k in variant_plan(plan, "cuda", variant).kernels), variant.label()
     _match_the_reference(source, tmp_path, ours)
+
+
+# Rows too few for the GPU, split across blocks (emit.split_rows), with segments of 100 elements here instead of
+# thousands: a launch per pass and one for the outputs, the blocks' partial results combined by every later block.
+SPLIT_ROWS = {
+    # the whole tensor one row (a Frobenius norm), 16-byte groups, 12 segments
+    "whole_tensor_norm": problems.problem(
+        "        pass", "        return x / torch.norm(x, p='fro')", "[torch.randn(4, 6, 50)]"
+    ),
+    # a norm over all but the first dim, rows of 385 (no 16-byte groups), the last segment short
+    "layernorm_chw": problems.problem(
+        "        self.norm = nn.LayerNorm((5, 7, 11))",
+        "        return self.norm(x)",
+        "[50.0 + torch.randn(3, 5, 7, 11)]",
+    ),
+    # two dependent passes (max, then the sum of exponentials) before the outputs
+    "softmax": problems.problem("        pass", "        return torch.softmax(x, dim=-1)", "[torch.randn(2, 1000)]"),
+    # a batch norm's statistics in training mode: rows over dims 0, 2 and 3, a channel's weight per row
+    "batchnorm_training": problems.problem(
+        "        self.bn = nn.BatchNorm2d(3)", "        return self.bn(x)", "[torch.randn(4, 3, 9, 10)]"
+    ),
+    # reduced outputs only (the last launch a block per row), truth values and a product among them
+    "reduced_outputs": problems.problem(
+        "        pass",
+        "        return x.sum(dim=(1, 2)), (x > 2.5).any(dim=-1).any(dim=-1), (0.5 + 0.01 * x).prod(dim=-1).amax(-1)",
+        "[torch.randn(3, 4, 333)]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SPLIT_ROWS))
+def test_split_rows_match_the_reference_emulated(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(emit, "SPLIT_MIN_SEGMENT", 100)
+    source = SPLIT_ROWS[name]
+    plan = plan_graph(capture_problem(source))
+    split = [v for v in variants(plan, "cuda") if v.rows == "auto" and v.cache == "none" and v.math == "exact"]
+    for variant in split:
+        kernels = [k for k in variant_plan(plan, "cuda", variant).kernels if isinstance(k, RowKernel)]
+        assert any(k.split > 1 for k in kernels), variant.label()
+    # and the rows a block each, the variant tried first
+    assert variants(plan, "cuda")[0].rows == "block"
+    _match_the_reference(source, tmp_path, split[:2])

@@ -306,6 +306,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         problems.DEPTHWISE_BIAS,
         problems.LONG_K,
         problems.CONV_TRANSPOSE_PHASES,
+        problems.BATCHNORM_TRAINING,
     ],
     ids=[
         "rmsnorm",
@@ -326,14 +327,15 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         "depthwise_bias",
         "long_k",
         "conv_transpose_phases",
+        "batchnorm_training_split_rows",
     ],
 )
 def test_every_variant_is_correct_on_cuda(source: str) -> None:
     """Not only the fastest: each variant the search times (block sizes, a row per thread, per warp, per block or 32
     columns per block, scans per thread, per warp, per block or per column tile, the row cached in registers or
     shared memory, our GEMM kernels: WMMA, pipelined, register-blocked, tiled, 3xTF32 staged (its sums in two
-    levels over a long K); our convolutions: implicit GEMM, direct, with their epilogues; cuDNN's timed choice)
-    computes the reference's outputs."""
+    levels over a long K); our convolutions: implicit GEMM, direct, with their epilogues; cuDNN's timed choice; rows
+    split across blocks) computes the reference's outputs."""
     config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
     traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
     verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]

@@ -117,8 +117,26 @@ def test_the_group_norm_output_reads_its_input_at_its_own_index() -> None:
     source = problems.problem(
         "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
     )
-    _, normalize = _kernels(source)
+    statistics, normalize = _kernels(source)
     assert isinstance(normalize, RowKernel) and "in0" in normalize.out_scope.identity_loads
+    # The statistics read the input through the groups' reshape at their own index too (16 bytes at a time).
+    assert isinstance(statistics, RowKernel) and statistics.reduced == (2, 3)
+    assert all("in0" in r.scope.identity_loads for r in statistics.reductions)
+
+
+def test_arithmetic_on_row_statistics_is_done_once_a_row() -> None:
+    """The mean and the reciprocal standard deviation of a GroupNorm's groups, computed from its sums in double by
+    the kernel that sums, are written as float values a group: the normalizing kernel reads them, its per-element
+    work is a subtraction and three products."""
+    source = problems.problem(
+        "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
+    )
+    statistics, normalize = _kernels(source)
+    assert isinstance(statistics, RowKernel) and isinstance(normalize, RowKernel)
+    hoisted = [b for b, n in statistics.writes.items() if n.dtype == "float32"]
+    assert len(hoisted) == 2 and set(hoisted) <= set(normalize.reads)
+    text = " ".join(normalize.out_scope.stmts)
+    assert "sqrt" not in text and "double" not in text
 
 
 def test_a_row_read_in_several_passes_is_cached_where_it_fits() -> None:
