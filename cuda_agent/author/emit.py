@@ -408,9 +408,10 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int |
     buffers = frozenset(b for b, n in counts.items() if n > 1)
     if where == "regs":
         items = _items(kernel, threads or block)
-        # The block's threads share the SM's 64K registers: the cache takes at most a quarter of a thread's share
-        # (16 values at 1024 threads a block), so the rest of the kernel does not spill.
-        fits = items * len(buffers) <= min(ROW_CACHE_VALUES, 65536 // block // 4)
+        # The block's threads share the SM's 64K registers: the cache takes at most half a thread's share (32
+        # values at 1024 threads a block), so the rest of the kernel does not spill (a LayerNorm's rows of 32K
+        # floats: 58 registers, one block an SM, each row read once).
+        fits = items * len(buffers) <= min(ROW_CACHE_VALUES, 65536 // block // 2)
     else:
         fits = _smem_layout(kernel, buffers)[1] <= ROW_CACHE_SMEM_BYTES
     # Rows along the last dim run a block or a warp per row (``_layout``); the others have no row to cache.
@@ -616,7 +617,7 @@ def _row_body(
         # Every chunk's group; a thread past the row's end reads the row's first group instead (and discards it).
         begin = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
         fill = [f"const int64_t r0 = ((int64_t)q * {threads} + {start}) * 4;"]
-        fill += [f"load4(&c_{b}[4 * q], {b} + o * {kernel.inner}LL + {begin}, aligned);" for b in sorted(buffers)]
+        fill += [f"load4(&c_{b}[4 * q], {b} + {_row_offset(kernel, begin)}, aligned);" for b in sorted(buffers)]
         lines += _unrolled(f"for (int q = 0; q < {items // 4}; ++q)", fill)
     elif buffers:
         fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
@@ -630,7 +631,7 @@ def _row_body(
         body = [f"const float {m['name']} = v_{m['name']}[j];" if (m := row_operand(stmt)) else stmt for stmt in body]
         each = [*(["const int k = g * 4 + j;"] if in_registers else []), "const int64_t r = r0 + j;", *walked, *body]
         each += [f"w_{b}[j] = {v};" for b, v in outputs]
-        at = f"o * {kernel.inner}LL + r0"
+        at = _row_offset(kernel, "r0")
         pre = _group_loads("q", loads, at)
         pre += [
             line
@@ -805,14 +806,41 @@ def _pass_quads(quads: list[str], cached: dict[str, str], scopes: list[Scope]) -
     return [b for b in quads if b not in cached and any(b in scope.identity_loads for scope in scopes)]
 
 
+def _trailing(kernel: RowKernel) -> list[int]:
+    """The reduced dims that end the shape: each run of the row's elements along them is consecutive in memory."""
+    dims = []
+    for j in reversed(range(len(kernel.shape))):
+        if j not in kernel.reduced:
+            break
+        dims.append(j)
+    return dims[::-1]
+
+
+def _row_offset(kernel: RowKernel, r: str) -> str:
+    """The flat offset of element ``r`` of row ``o`` (whose coordinates i<j> are declared): ``o * inner + r`` where
+    the row is all the trailing dims, else its run of consecutive elements plus the offset of the run, through the
+    coordinates of ``r`` in the other reduced dims."""
+    trailing = _trailing(kernel)
+    if len(trailing) == len(kernel.reduced):
+        return f"o * {kernel.inner}LL + {r}"
+    # (in 32 bits where the row's elements are fewer than 2^31, as ``_coords`` divides)
+    at, suffix = (f"(int)({r})", "") if kernel.inner < 2**31 else (f"(int64_t)({r})", "LL")
+    run = math.prod(kernel.shape[j] for j in trailing)
+    coords, stride = dict.fromkeys(trailing, "0"), run
+    for j in reversed([j for j in kernel.reduced if j not in trailing]):
+        coords[j] = f"(int64_t)({at} / {stride}{suffix} % {kernel.shape[j]}{suffix})"
+        stride *= kernel.shape[j]
+    runs = linear_index(kernel.shape, tuple(coords.get(j, f"i{j}") for j in range(len(kernel.shape))))
+    return f"{runs} + {at} % {run}{suffix}"
+
+
 def _quads(kernel: RowKernel) -> list[str]:
     """The buffers a block's or a warp's threads move 16 bytes at a time, a thread's group of SCAN_GROUP = 4
     consecutive elements as one access: the operands read at their own element and the outputs written there, where
-    they are float and the rows run along the trailing dims, a multiple of 4 long (a group then never straddles two
-    rows, and starts a multiple of 16 bytes past its row's start, element o * inner); none otherwise."""
-    n = len(kernel.shape)
-    trailing = kernel.reduced == tuple(range(n - len(kernel.reduced), n))
-    if not kernel.reduced or not trailing or kernel.inner % SCAN_GROUP:
+    they are float and the row's runs of consecutive elements (its reduced dims that end the shape: all of them, or
+    a batch norm's spatial dims) are a multiple of 4 long (a group then never straddles two runs, and starts a
+    multiple of 16 bytes past the tensor's start: ``_row_offset``); none otherwise."""
+    if not kernel.along_last or math.prod(kernel.shape[j] for j in _trailing(kernel)) % SCAN_GROUP:
         return []
     reads = [kernel.out_scope.identity_loads, *(r.scope.identity_loads for r in kernel.reductions)]
     loads = sorted({b for scope in reads for b, node in scope.items() if node.storage == "float"})
@@ -849,7 +877,7 @@ def _chunked_scan(
     # The group's first element; a thread past the row's end reads the row's first group instead (and discards it).
     group = [f"const int64_t r0 = ((int64_t)c * {threads} + {first}) * {g};"]
     start = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
-    group += _group_loads("q", loads, f"o * {kernel.inner}LL + {start}")
+    group += _group_loads("q", loads, _row_offset(kernel, start))
     compute = element + _scope_body(kernel, kernel.out_scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
     compute.append(
         f"x_scan[j] = ({t})({value});"
@@ -867,7 +895,7 @@ def _chunked_scan(
             f"float w_scan[{g}];",
             *_unrolled(f"for (int j = 0; j < {g}; ++j)", store),
             ("" if exact else f"if (r0 < {kernel.inner}LL) ")
-            + f"store4({out} + o * {kernel.inner}LL + r0, w_scan, aligned);",
+            + f"store4({out} + {_row_offset(kernel, 'r0')}, w_scan, aligned);",
         ]
     else:
         store = [

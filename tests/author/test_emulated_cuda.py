@@ -64,6 +64,11 @@ SOURCES = {
     "group_norm": problems.problem(
         "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
     ),
+    # rows over dims 0, 2 and 3 (a batch norm in training mode): its runs of 40 consecutive elements 16 bytes at a
+    # time, a block or a warp a row, the row in registers or shared memory
+    "batchnorm_training": problems.problem(
+        "        self.bn = nn.BatchNorm2d(3)", "        return self.bn(x)", "[2.0 + torch.randn(4, 3, 5, 8)]"
+    ),
     # a scan down 210 columns: 32 a block, each warp a segment of the 300 rows, 7 tiles (the last part empty)
     "column_cumsum": problems.COLUMN_CUMSUM,
     # truth values reduced: || and && through the block's and the warp's shuffles
@@ -246,9 +251,13 @@ SPLIT_ROWS = {
     ),
     # two dependent passes (max, then the sum of exponentials) before the outputs
     "softmax": problems.problem("        pass", "        return torch.softmax(x, dim=-1)", "[torch.randn(2, 1000)]"),
-    # a batch norm's statistics in training mode: rows over dims 0, 2 and 3, a channel's weight per row
+    # a batch norm's statistics in training mode: rows over dims 0, 2 and 3, a channel's weight per row; runs of 90
+    # consecutive elements (one at a time), then of 64 (16 bytes at a time, segments of 128)
     "batchnorm_training": problems.problem(
         "        self.bn = nn.BatchNorm2d(3)", "        return self.bn(x)", "[torch.randn(4, 3, 9, 10)]"
+    ),
+    "batchnorm_training_groups": problems.problem(
+        "        self.bn = nn.BatchNorm2d(3)", "        return self.bn(x)", "[3.0 + torch.randn(6, 3, 8, 8)]"
     ),
     # reduced outputs only (the last launch a block per row), truth values and a product among them
     "reduced_outputs": problems.problem(
