@@ -546,7 +546,10 @@ def _row_body(
     if split:
         segment = split_segment(kernel)
         lines += [
-            f"const int64_t seg0 = (int64_t)blockIdx.x * {segment};",
+            # Every other launch takes the segments from the last: its first blocks read what the previous one
+            # read last, which L2 may still hold.
+            f"const int64_t seg = {'gridDim.x - 1 - blockIdx.x' if launch % 2 else 'blockIdx.x'};",
+            f"const int64_t seg0 = seg * {segment};",
             f"const int64_t seg_end = seg0 + {segment} < {bound} ? seg0 + {segment} : {bound};",
         ]
         start, first_group, bound = "seg0 + threadIdx.x", "seg0 + (int64_t)threadIdx.x * 4", "seg_end"
@@ -695,7 +698,7 @@ def _row_body(
             else:
                 lines.append(f"const {t} {red.var} = acc_{red.var};")
         if split and looped == launch:  # this launch's pass: the block's partial results, and no more
-            stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + blockIdx.x] = {r.var};" for r in group)
+            stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + seg] = {r.var};" for r in group)
             lines.append(f"if (threadIdx.x == 0) {{ {stores} }}")
             return lines
         looped += 1
