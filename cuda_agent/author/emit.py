@@ -53,7 +53,7 @@ class Variant:
     block: int = 256  # threads per block (cuda)
     # "block": a block per row, "warp": a warp per row (contiguous rows of up to WARP_ROW_MAX elements, others
     # "auto"), "thread": a thread per row, "tile": 32 neighbouring rows per block (rows whose reduced dims are not
-    # the last), "auto": by the rows' layout and length (emit._layout)
+    # the last), "auto": by the rows' layout and length (emit.row_layout)
     rows: str = "auto"
     vec: int = 4  # elements per thread and access in elementwise kernels (1 or 4)
     tile: int = 32  # GEMM tile edge of our own GEMM kernel (cuda)
@@ -191,13 +191,15 @@ __device__ T tile_reduce(T v, Op op, T identity) {
     return v;
 }
 
-// A split row's result (emit.split_rows): the partial results of its n blocks, combined by every thread of a block
-// in the same order in every block and every launch, so all of them see the same value.
+// A split row's result (emit.split_rows): the partial results of its n blocks (``p``: the thread's row's), combined
+// by the threads sharing the row (a block's, or the warps of a tile of 32 rows), in the same order in every block and
+// every launch, so all of them see the same value.
 template <typename T, typename Op>
-__device__ T combine_partials(const T* p, int n, Op op, T identity) {
+__device__ T combine_partials(const T* p, int n, Op op, T identity, bool tile) {
+    const int first = tile ? threadIdx.x >> 5 : threadIdx.x, step = tile ? blockDim.x >> 5 : blockDim.x;
     T v = identity;
-    for (int s = threadIdx.x; s < n; s += blockDim.x) v = op(v, p[s]);
-    return block_reduce(v, op, identity);
+    for (int s = first; s < n; s += step) v = op(v, p[s]);
+    return tile ? tile_reduce(v, op, identity) : block_reduce(v, op, identity);
 }
 
 // Inclusive scan over the block's threads in order; *total gets the combination of all of them. Leading barrier:
@@ -414,7 +416,7 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int |
         fits = items * len(buffers) <= min(ROW_CACHE_VALUES, 65536 // block // 2)
     else:
         fits = _smem_layout(kernel, buffers)[1] <= ROW_CACHE_SMEM_BYTES
-    # Rows along the last dim run a block or a warp per row (``_layout``); the others have no row to cache.
+    # Rows along the last dim run a block or a warp per row (``row_layout``); the others have no row to cache.
     return buffers if kernel.along_last and fits else frozenset()
 
 
@@ -543,7 +545,7 @@ def _row_body(
     # The elements the row's threads visit: the row, or the block's segment of a split row.
     first_group, bound = f"(int64_t)({start}) * 4", f"{kernel.inner}LL"
     split = launch is not None
-    if split:
+    if launch is not None:
         segment = split_segment(kernel)
         lines += [
             # Every other launch takes the segments from the last: its first blocks read what the previous one
@@ -552,8 +554,8 @@ def _row_body(
             f"const int64_t seg0 = seg * {segment};",
             f"const int64_t seg_end = seg0 + {segment} < {bound} ? seg0 + {segment} : {bound};",
         ]
-        start, first_group, bound = "seg0 + threadIdx.x", "seg0 + (int64_t)threadIdx.x * 4", "seg_end"
-        row_guard = "if (threadIdx.x == 0 && blockIdx.x == 0) "
+        start, first_group, bound = f"seg0 + {start}", "seg0 + (int64_t)threadIdx.x * 4", "seg_end"
+        row_guard = row_guard.replace("if (", "if (blockIdx.x == 0 && ")
     loop = f"for (int64_t r = {start}; r < {bound}; r += {step})"
     cached: dict[str, str] = {}
     threads = 32 if layout == "warp" else block
@@ -664,10 +666,9 @@ def _row_body(
         if launch is not None and looped < launch:  # an earlier launch's pass: its blocks' partial results combined
             for red in group:
                 identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
-                partials = f"{kernel.partials[red.var]} + o * {kernel.split}"
-                combined = (
-                    f"combine_partials<{t}>({partials}, {kernel.split}, {_OPS[red.node.op]}(), ({t})({identity}))"
-                )
+                partials = f"{kernel.partials[red.var]} + o * {kernel.split}, {kernel.split}"
+                tile = "true" if layout == "tile" else "false"
+                combined = f"combine_partials<{t}>({partials}, {_OPS[red.node.op]}(), ({t})({identity}), {tile})"
                 lines.append(f"const {t} {red.var} = {combined};")
             looped += 1
             continue
@@ -699,7 +700,7 @@ def _row_body(
                 lines.append(f"const {t} {red.var} = acc_{red.var};")
         if split and looped == launch:  # this launch's pass: the block's partial results, and no more
             stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + seg] = {r.var};" for r in group)
-            lines.append(f"if (threadIdx.x == 0) {{ {stores} }}")
+            lines.append(_GUARDS[layout][0] + f"{{ {stores} }}")
             return lines
         looped += 1
     if kernel.scan is not None and layout in ("block", "warp"):
@@ -958,7 +959,7 @@ def warp_rows(kernel: RowKernel) -> bool:
     return kernel.along_last and 32 <= kernel.inner <= WARP_ROW_MAX
 
 
-def _layout(kernel: RowKernel, variant: Variant) -> str:
+def row_layout(kernel: RowKernel, variant: Variant) -> str:
     """How the threads share out a row kernel's rows (``_LANES``). By default: a block per row when its threads
     read the row contiguously (the last dim is reduced); a tile of 32 rows per block otherwise, so a warp reads
     32 neighbouring columns (coalesced) while the block's warps split the reduced dims between them; a thread per
@@ -979,19 +980,20 @@ SPLIT_MIN_SEGMENT = 8192
 
 
 def split_rows(kernel: RowKernel, variant: Variant) -> int:
-    """Blocks each row of ``kernel`` is split into under ``variant`` (1: a block per row, or another layout): rows
-    along the last dim (a block's threads read them contiguously), of reductions whose partial results combine (a
-    scan's do not), where the layout is left to the author and no block keeps its row (``Variant.cache``)."""
+    """Blocks each row of ``kernel`` is split into under ``variant`` (1: none): rows a block each or 32 a block (a
+    tile: columns), of reductions whose partial results combine (a scan's do not), where the layout is left to the
+    author and no block keeps its row (``Variant.cache``)."""
+    layout = row_layout(kernel, variant)
     if (
         variant.rows != "auto"
         or variant.cache != "none"
-        or not kernel.reduced
-        or not kernel.along_last
+        or layout not in ("block", "tile")
         or kernel.scan is not None
         or any(r.node.op not in _OPS for r in kernel.reductions if not r.invariant)
     ):
         return 1
-    return max(1, min(-(-SPLIT_BLOCKS // kernel.outer), kernel.inner // SPLIT_MIN_SEGMENT))
+    rows = 1 if layout == "block" else 32  # a block's
+    return max(1, min(-(-SPLIT_BLOCKS * rows // kernel.outer), kernel.inner * rows // SPLIT_MIN_SEGMENT))
 
 
 def split_segment(kernel: RowKernel) -> int:
@@ -1006,22 +1008,32 @@ def _split_launches(kernel: RowKernel) -> int:
 
 
 def _cuda_split_row(kernel: RowKernel, variant: Variant) -> str:
-    """A split row kernel (``split_rows``): a launch per pass, each a block per segment of each row (blockIdx.x the
-    segment, blockIdx.y the row), then one for the outputs; a row's reduced outputs are its first block's to store."""
+    """A split row kernel (``split_rows``): a launch per pass, each a block per segment of each row or tile of 32
+    rows (blockIdx.x the segment, blockIdx.y the row or tile), then one for the outputs; a row's reduced outputs are
+    its first segment's block's to store."""
     params, names = _params(kernel, "cuda")
+    layout = row_layout(kernel, variant)
     block, text, launches = variant.block, "", []
+    if layout == "tile":  # lane l of every warp on row l of the tile; past the last row, on the last (storing nothing)
+        rows = [
+            "const int64_t o0 = (int64_t)blockIdx.y * 32;",
+            f"const bool live = o0 + (threadIdx.x & 31) < {kernel.outer}LL;",
+            f"const int64_t o = live ? o0 + (threadIdx.x & 31) : {kernel.outer - 1}LL;",
+        ]
+        tiles = -(-kernel.outer // 32)
+    else:
+        rows, tiles = ["const int64_t o = blockIdx.y;"], kernel.outer
     for launch in range(_split_launches(kernel)):
         last = launch == _split_launches(kernel) - 1
         name = f"{kernel.name}_{'kernel' if last else f'pass{launch}'}"
-        body = _row_body(kernel, "cuda", "block", block, launch=launch)
+        body = _row_body(kernel, "cuda", layout, block, launch=launch)
         text += f"""
 __global__ void __launch_bounds__({block}) {name}({params}) {{
-    const int64_t o = blockIdx.y;
-{_indent(body, 4)}
+{_indent(rows + body, 4)}
 }}
 """
         segments = kernel.split if kernel.full_outputs or not last else 1
-        launches.append(f"{name}<<<dim3({segments}, {kernel.outer}), {block}, 0, stream>>>({names});")
+        launches.append(f"{name}<<<dim3({segments}, {tiles}), {block}, 0, stream>>>({names});")
     return (
         text
         + f"""
@@ -1036,7 +1048,7 @@ def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
     if kernel.split > 1:
         return _cuda_split_row(kernel, variant)
     params, names = _params(kernel, "cuda")
-    layout = _layout(kernel, variant)
+    layout = row_layout(kernel, variant)
     block = variant.block
     if layout == "block":
         loop = f"for (int64_t o = blockIdx.x; o < {kernel.outer}LL; o += gridDim.x)"

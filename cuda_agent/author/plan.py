@@ -359,6 +359,7 @@ class Planner:
             self.buffers[n.name] = n
         self._tmp = 0
         self._user_map: dict[Node, list[Node]] | None = None
+        self._pending: set[int] = set()  # reductions whose kernels are being planned (``_dependent_reduction``)
 
     def plan(self) -> Plan:
         self._bound_fusion_depth()
@@ -391,10 +392,19 @@ class Planner:
                 self.materialize(node)
                 depth[id(node)] = 0
 
-    def materialize(self, node: Node, name: str | None = None) -> str:
-        """The buffer holding ``node``, planning the kernel that writes it when there is none yet."""
+    def materialize(self, node: Node, name: str | None = None, also: Node | None = None) -> str:
+        """The buffer holding ``node``, planning the kernel that writes it when there is none yet; ``also``: a
+        reduction that kernel fuses as an earlier pass, which it writes too."""
         if id(node) in self.materialized:
             return self.materialized[id(node)]
+        later = self._dependent_reduction(node) if node.kind is OpKind.REDUCTION and name is None else None
+        if later is not None:
+            # A kernel for the later reduction reads the rows for both; read apart, a kernel each would.
+            self._pending.add(id(later))
+            self.materialize(later, also=node)
+            self._pending.discard(id(later))
+            if id(node) in self.materialized:
+                return self.materialized[id(node)]
         name = name or self._scratch()
         # The kernel's name and the buffer are recorded only once its producers are planned (they come first).
         if node.kind is OpKind.CONVOLUTION:
@@ -423,6 +433,14 @@ class Planner:
             coords = reshape_coords(node.shape, row.shape, self._expected(kernel, row))
             value = self.value(kernel, kernel.row_scope, node, coords)
             kernel.reduced_outputs.append((name, value, linear_index(node.shape, coords)))
+            fused = next((r for r in kernel.reductions if r.node is also), None)
+            if also is not None and fused is not None:
+                also_name = self._scratch()
+                at = linear_index(also.shape, self._expected(kernel, also))
+                kernel.reduced_outputs.append((also_name, fused.var, at))
+                kernel.writes[also_name] = also
+                self.materialized[id(also)] = also_name
+                self.buffers[also_name] = also
         else:
             kernel = RowKernel("", node.shape, None)
             coords = tuple(f"i{j}" for j in range(len(node.shape)))
@@ -430,6 +448,29 @@ class Planner:
             kernel.full_outputs.append((name, value))
         kernel.writes[name] = node
         return self._add(kernel, node, name)
+
+    def _dependent_reduction(self, red: Node) -> Node | None:
+        """The last reduction over the same rows as ``red`` that reads it through pointwise and view nodes (a
+        softmax's sum of exp(x - max) for its max, a variance for its mean), not planned yet and needing no staging
+        (``_needs_staging``): its kernel fuses ``red`` as an earlier pass."""
+        rows = (red.args[0].shape, tuple(red.attrs["dims"]))
+        order = {id(n): k for k, n in enumerate(self.graph.nodes)}
+        users = self._users()
+        found: Node | None = None
+        stack, seen = [red], {id(red)}
+        while stack:
+            for user in users.get(stack.pop(), []):
+                # (one being planned now, whose kernel asks for ``red`` apart, is planned as it is)
+                if id(user) in seen or id(user) in self.materialized or id(user) in self._pending:
+                    continue
+                seen.add(id(user))
+                if user.kind in (OpKind.POINTWISE, OpKind.VIEW):
+                    stack.append(user)
+                elif user.kind is OpKind.REDUCTION and (user.args[0].shape, tuple(user.attrs["dims"])) == rows:
+                    stack.append(user)  # (a later pass may read it in turn)
+                    if not self._needs_staging(user) and (found is None or order[id(user)] > order[id(found)]):
+                        found = user
+        return found if red.attrs["dims"] else None
 
     def _permuted_scan(self, node: Node) -> tuple[Node | None, str | None]:
         """The scan ``node`` is, or the scan it permutes (flips, transposes and reshapes that nothing else reads,

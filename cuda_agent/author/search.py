@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.author.capture import capture_problem
-from cuda_agent.author.emit import Variant, candidate_files, row_cache, split_rows, warp_rows
+from cuda_agent.author.emit import Variant, candidate_files, row_cache, row_layout, split_rows, warp_rows
 from cuda_agent.author.ir import FAST_FLOAT, HALF_TYPES, Unsupported
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
 
@@ -83,7 +83,7 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     if has_rows:
         out.append(replace(base, rows="block"))
     # A thread per row reads coalesced only where neighbouring rows are neighbouring columns (the reduced dims are
-    # not the last); contiguous rows shorter than a warp run a thread each anyway (``_layout``).
+    # not the last); contiguous rows shorter than a warp run a thread each anyway (``row_layout``).
     if any(k.reduced and not k.along_last for k in rows):
         out.append(replace(base, rows="thread"))
     if gemms:
@@ -96,10 +96,11 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # to move, and these are most of them. After them: the verifier judges each, and a wrong one is only skipped.
     if any(n.op in FAST_FLOAT and n.ctype == "float" for n in plan.graph.nodes):
         out[3:3] = [replace(v, math="fast") for v in out[:3]]
-    # Rows split across blocks (emit.split_rows) after the same kernels a block per row, the simpler kernels: a
-    # first variant found wrong ends the search.
-    if any(split_rows(k, base) > 1 for k in rows):
-        out.insert(0, replace(base, rows="block"))
+    # Rows split across blocks (emit.split_rows) after the same kernels unsplit (a block per row, or per tile of 32
+    # rows), the simpler kernels: a first variant found wrong ends the search.
+    split = [k for k in rows if split_rows(k, base) > 1]
+    if split:
+        out.insert(0, replace(base, rows=row_layout(split[0], base)))
     if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
         # TF32 is a way to multiply float32 operands: 16-bit products are on tensor cores already.
         fp32_gemm = any(k.node.dtype == "float32" for k in gemms)

@@ -69,6 +69,13 @@ SOURCES = {
     "batchnorm_training": problems.problem(
         "        self.bn = nn.BatchNorm2d(3)", "        return self.bn(x)", "[2.0 + torch.randn(4, 3, 5, 8)]"
     ),
+    # a row's max and sum of exponentials in one kernel, gathered at each row's target, then their mean
+    "cross_entropy": problems.problem(
+        "        pass",
+        "        return F.cross_entropy(x, t)",
+        "[3.0 * torch.randn(6, 513), torch.randint(0, 513, (6,))]",
+        args="x, t",
+    ),
     # a scan down 210 columns: 32 a block, each warp a segment of the 300 rows, 7 tiles (the last part empty)
     "column_cumsum": problems.COLUMN_CUMSUM,
     # truth values reduced: || and && through the block's and the warp's shuffles
@@ -236,8 +243,9 @@ def test_epilogues_of_our_products_and_convolutions_match_the_reference_emulated
     _match_the_reference(source, tmp_path, ours)
 
 
-# Rows too few for the GPU, split across blocks (emit.split_rows), with segments of 100 elements here instead of
-# thousands: a launch per pass and one for the outputs, the blocks' partial results combined by every later block.
+# Rows too few for the GPU, split across blocks (emit.split_rows), with segments of 100 elements and 8 blocks in all
+# here instead of thousands: a launch per pass and one for the outputs, the blocks' partial results combined by every
+# later block.
 SPLIT_ROWS = {
     # the whole tensor one row (a Frobenius norm), 16-byte groups, 12 segments
     "whole_tensor_norm": problems.problem(
@@ -259,6 +267,14 @@ SPLIT_ROWS = {
     "batchnorm_training_groups": problems.problem(
         "        self.bn = nn.BatchNorm2d(3)", "        return self.bn(x)", "[3.0 + torch.randn(6, 3, 8, 8)]"
     ),
+    # columns (a tile of 32 a block, the warps down the segment): three statistics in one pass, 40 columns in 2 tiles
+    "column_standardize": problems.problem(
+        "        pass", "        return (x - x.mean(dim=0)) / (x.std(dim=0) + 1e-5)", "[3.0 + torch.randn(300, 40)]"
+    ),
+    # two dependent passes down a middle dim, then the outputs
+    "middle_dim_softmax": problems.problem(
+        "        pass", "        return torch.softmax(x, dim=1)", "[torch.randn(2, 300, 20)]"
+    ),
     # reduced outputs only (the last launch a block per row), truth values and a product among them
     "reduced_outputs": problems.problem(
         "        pass",
@@ -271,12 +287,13 @@ SPLIT_ROWS = {
 @pytest.mark.parametrize("name", list(SPLIT_ROWS))
 def test_split_rows_match_the_reference_emulated(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(emit, "SPLIT_MIN_SEGMENT", 100)
+    monkeypatch.setattr(emit, "SPLIT_BLOCKS", 8)
     source = SPLIT_ROWS[name]
     plan = plan_graph(capture_problem(source))
     split = [v for v in variants(plan, "cuda") if v.rows == "auto" and v.cache == "none" and v.math == "exact"]
     for variant in split:
         kernels = [k for k in variant_plan(plan, "cuda", variant).kernels if isinstance(k, RowKernel)]
         assert any(k.split > 1 for k in kernels), variant.label()
-    # and the rows a block each, the variant tried first
-    assert variants(plan, "cuda")[0].rows == "block"
+    # and the rows unsplit (a block each, or 32 a block), the variant tried first
+    assert variants(plan, "cuda")[0].rows in ("block", "tile")
     _match_the_reference(source, tmp_path, split[:2])

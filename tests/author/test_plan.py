@@ -69,6 +69,21 @@ def test_reductions_of_another_row_structure_are_staged_once() -> None:
     assert [k.reduced for k in kernels] == [(1,), (0,)]
 
 
+def test_a_gathered_log_softmax_reads_its_rows_in_one_kernel() -> None:
+    """Cross-entropy gathers one log-probability a row: the gather reads the rows' max first, then their sum of
+    exponentials, each a reduction another kernel writes. One kernel computes both (the max as the sum's earlier
+    pass) and writes both, instead of a kernel each reading the logits."""
+    source = problems.problem(
+        "        pass",
+        "        return F.cross_entropy(x, t)",
+        "[torch.randn(8, 40), torch.randint(0, 40, (8,))]",
+        args="x, t",
+    )
+    over_logits = [k for k in _kernels(source) if isinstance(k, RowKernel) and k.shape == (8, 40)]
+    assert len(over_logits) == 1
+    assert [r.node.op for r in over_logits[0].reductions] == ["amax", "sum"] and len(over_logits[0].writes) == 2
+
+
 def test_unsupported_op_is_named() -> None:
     with pytest.raises(Unsupported, match=r"aten\.sort"):
         capture_problem(problems.SORT)
