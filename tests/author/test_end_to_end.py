@@ -122,6 +122,22 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
 
 @pytest.mark.sandbox
 @pytest.mark.slow
+def test_split_rows_build_under_the_candidate_rules() -> None:
+    """The second variant of a batch norm's four long rows splits them across blocks (emit.split_rows): its
+    launcher takes the partial results' buffers (double*) among its tensors and builds with nvcc."""
+    (_, unsplit), (_, split) = author_problem(problems.BATCHNORM_TRAINING, "cuda").variants[:2]
+    assert "combine_partials<" not in unsplit["kernels/author.cu"]
+    assert (
+        "combine_partials<double>(" in split["kernels/author.cu"]
+        and "_pass0<<<dim3(8, 4)" in split["kernels/author.cu"]
+    )
+    request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=split), device=Device.CUDA)
+    result = LocalBackend().compile(request)
+    assert result.status is CompileStatus.OK, result.log[-3000:]
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "knob", "code"),
     [
