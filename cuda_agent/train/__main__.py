@@ -25,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
 
     config = TrainConfig.model_validate_json(args.config.read_text())
     status = run_stage(args.stage, config, args.run_dir)
+    import torch.distributed as torch_dist
+
+    if torch_dist.is_initialized():
+        # Under torchrun: the process group ends before the interpreter does. Left to exit, gloo's threads are
+        # destroyed still joinable and a rank aborts ("terminate called without an active exception").
+        torch_dist.destroy_process_group()
     print(status.model_dump_json())
     return 0 if status.state is RunState.FINISHED else 1
 
