@@ -566,18 +566,7 @@ class Planner:
                 )
             return per_row[id(n)]
 
-        found: dict[int, Node] = {}
-        stack, seen = [node], set()
-        while stack:
-            n = stack.pop()
-            if id(n) in seen or id(n) in self.materialized:
-                continue
-            seen.add(id(n))
-            if row_level(n):
-                found[id(n)] = n
-            elif n.kind in (OpKind.POINTWISE, OpKind.VIEW):
-                stack.extend(n.inputs())
-        return list(found.values())
+        return self._inlined(node, row_level)
 
     def _scratch(self) -> str:
         """A new intermediate buffer's name."""
@@ -781,6 +770,11 @@ class Planner:
     # --- reductions -------------------------------------------------------------------------------------------
     def _inlined_reductions(self, node: Node) -> list[Node]:
         """Reductions ``node`` reads through pointwise and view nodes (what a kernel computing it would fuse)."""
+        return self._inlined(node, lambda n: n.kind is OpKind.REDUCTION)
+
+    def _inlined(self, node: Node, wanted: Callable[[Node], bool]) -> list[Node]:
+        """The nodes ``wanted`` picks among those ``node`` reads through pointwise and view nodes not materialized,
+        the walk stopping at each."""
         found: list[Node] = []
         stack, seen = [node], set()
         while stack:
@@ -788,7 +782,7 @@ class Planner:
             if id(n) in seen or id(n) in self.materialized:
                 continue
             seen.add(id(n))
-            if n.kind is OpKind.REDUCTION:
+            if wanted(n):
                 found.append(n)
             elif n.kind in (OpKind.POINTWISE, OpKind.VIEW):
                 stack.extend(n.inputs())
