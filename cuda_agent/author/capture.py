@@ -669,4 +669,33 @@ def _view(name: str, op: str, raw: tuple[Any, ...], args: tuple[Any, ...], shape
         dim = raw[1] % rank
         index = raw[2] + src.shape[dim] if raw[2] < 0 else raw[2]
         attrs.update(dim=dim, index=index)
+    if op in ("slice", "select"):
+        return _unscattered(Node(name, op, OpKind.VIEW, shape, dtype, (src,), attrs))
     return Node(name, op, OpKind.VIEW, shape, dtype, (src,), attrs)
+
+
+def _unscattered(view: Node) -> Node:
+    """A slice or select of a slice_scatter read from the side it reads: wholly inside the scattered range, from the
+    scattered source; wholly outside it, from the destination (and on down a chain of them). Functionalized
+    in-place updates of a tensor's pieces (an LSTM cell's sigmoid_ and tanh_ on its gates' chunks) are such chains,
+    and every piece read back through them would otherwise carry a ternary per link, each branch inlining the link
+    before it: expressions doubling a link."""
+    dim = view.attrs["dim"]
+    first = view.attrs["start"] if view.op == "slice" else view.attrs["index"]
+    step = view.attrs["step"] if view.op == "slice" else 1
+    last = first + step * ((view.shape[dim] if view.op == "slice" else 1) - 1)
+    scatter = view.args[0]
+    while scatter.op == "slice_scatter" and scatter.attrs["dim"] == dim and scatter.attrs["step"] == 1:
+        dst, src = scatter.args
+        start, end = scatter.attrs["start"], scatter.attrs["start"] + src.shape[dim]
+        if start <= first and last < end:  # inside: the source, from its own first element on
+            attrs = {**view.attrs, "start" if view.op == "slice" else "index": first - start}
+            if view.op == "slice" and first == start and step == 1 and view.shape == src.shape:
+                return src
+            return Node(view.name, view.op, OpKind.VIEW, view.shape, view.dtype, (src,), attrs)
+        if not (last < start or first >= end):  # partly inside: both sides are read
+            break
+        scatter = dst
+    if scatter is view.args[0]:
+        return view
+    return Node(view.name, view.op, OpKind.VIEW, view.shape, view.dtype, (scatter,), view.attrs)

@@ -343,8 +343,9 @@ class Plan:
         return "\n".join(lines)
 
 
-# Producers one kernel's expression may nest (see Planner._bound_fusion_depth).
+# Producers one kernel's expression may nest, and distinct ones it may inline (see Planner._bound_fusion).
 FUSION_DEPTH = 64
+FUSION_NODES = 64
 
 
 class Planner:
@@ -362,7 +363,7 @@ class Planner:
         self._pending: set[int] = set()  # reductions whose kernels are being planned (``_dependent_reduction``)
 
     def plan(self) -> Plan:
-        self._bound_fusion_depth()
+        self._bound_fusion()
         outputs: list[str] = []
         for i, node in enumerate(self.graph.outputs):
             name = f"out{i}"
@@ -379,18 +380,27 @@ class Planner:
             outputs.append(name)
         return Plan(self.graph, self.kernels, self.buffers, outputs, self.fast_math)
 
-    def _bound_fusion_depth(self) -> None:
-        """Materialize, in graph order, every node ``FUSION_DEPTH`` producers deep in what would otherwise be inlined
-        into one expression: values are built by recursion over producers, and a long chain (a loop in forward)
-        would nest past Python's recursion limit. The chains of ordinary problems are far shorter."""
+    def _bound_fusion(self) -> None:
+        """Materialize, in graph order, every node whose expression would otherwise inline producers
+        ``FUSION_DEPTH`` deep, or ``FUSION_NODES`` distinct ones where more than one node reads it: values are built
+        by recursion over producers, and a long chain (a loop in forward) would nest past Python's recursion limit;
+        and a value several kernels may inline is computed again in each, so a recurrence's state (an LSTM's cell,
+        each step's from the last one's and that step's gates, read by the step's output and the next step) would
+        be recomputed over and over in every step's kernel. The shared expressions of ordinary problems are far
+        smaller (tens of nodes). A node of a materialized kind is one load to its readers."""
         depth: dict[int, int] = {id(n): 0 for n in self.graph.inputs + self.graph.params}
+        read: dict[int, frozenset[int]] = {id(n): frozenset() for n in self.graph.inputs + self.graph.params}
+        users = self._users()
         for node in self.graph.nodes:
             if id(node) in depth:
                 continue
             depth[id(node)] = 1 + max((depth[id(a)] for a in node.inputs()), default=0)
-            if depth[id(node)] >= FUSION_DEPTH:
+            inlined = frozenset({id(node)}).union(*(read[id(a)] for a in node.inputs()))
+            shared = len(inlined) >= FUSION_NODES and len(users.get(node, ())) > 1
+            if depth[id(node)] >= FUSION_DEPTH or shared:
                 self.materialize(node)
                 depth[id(node)] = 0
+            read[id(node)] = frozenset({id(node)}) if node.kind in _MATERIALIZED or depth[id(node)] == 0 else inlined
 
     def materialize(self, node: Node, name: str | None = None, also: Node | None = None) -> str:
         """The buffer holding ``node``, planning the kernel that writes it when there is none yet; ``also``: a

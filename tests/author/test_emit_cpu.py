@@ -248,6 +248,14 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(5, 33)]",
         "x",
     ),
+    # recurrences: the cells' in-place gate updates read back through their slice_scatters, the cell state
+    # materialized every few steps (plan.FUSION_NODES)
+    "lstm_and_gru": (
+        "self.lstm = nn.LSTM(6, 8, num_layers=2, batch_first=True)\n        self.gru = nn.GRU(6, 8, batch_first=True)",
+        "out, (h, c) = self.lstm(x)\n        return out, c, self.gru(x)[1]",
+        "[torch.randn(3, 20, 6)]",
+        "x",
+    ),
     # tensor bounds: a maximum and a minimum; cosine_similarity's norms clamped by a broadcast tensor
     "clamp_tensor_bounds": (
         "pass",

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
+from cuda_agent.author.emit import Variant, emit_source
 from cuda_agent.author.plan import ConvKernel, GemmKernel, RowKernel, fuse_epilogues, linear_index, reshape_coords
 from tests.author import problems
 
@@ -333,3 +334,33 @@ def test_a_convolution_takes_its_bias_and_activation_as_an_epilogue() -> None:
     )
     (conv,) = fuse_epilogues(plan_graph(capture_problem(source)), _own).kernels
     assert isinstance(conv, ConvKernel) and conv.epilogue is not None and list(conv.writes) == ["out0"]
+
+
+def _recurrence(steps: int) -> str:
+    return problems.problem(
+        "        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True)",
+        "        return self.lstm(x)[0]",
+        f"[torch.randn(2, {steps}, 8)]",
+    )
+
+
+def test_a_recurrence_reads_its_gates_straight_from_the_cells_updates() -> None:
+    """An LSTM cell updates its gates' chunks in place (sigmoid_, tanh_): functionalized, a chain of slice_scatters.
+    Each gate is read from the update that wrote it, not through a ternary per link whose branches each inline the
+    link before (expressions doubling a link: megabytes of source for two steps)."""
+    graph = capture_problem(_recurrence(8))
+    assert not any(n.op in ("slice", "select") and n.args[0].op == "slice_scatter" for n in graph.nodes)
+    source = emit_source(plan_graph(graph), "cuda", Variant())
+    assert len(source) < 1_000_000
+
+
+def test_a_state_every_step_reads_is_stored_once_its_expression_is_large() -> None:
+    """15 steps of a state read by each step's output and by the next step: 45 producers deep (under FUSION_DEPTH)
+    but over a hundred distinct nodes, which every output's kernel would compute again from the first step."""
+    forward = (
+        "        outs = []\n        for _ in range(15):\n"
+        "            c = torch.sigmoid(c * 0.9 + x) + torch.tanh(c * 0.5 - x)\n"
+        "            outs.append(c * 2)\n        return torch.stack(outs)"
+    )
+    kernels = _kernels(problems.problem("        pass", forward, "[torch.randn(4, 8), torch.randn(4, 8)]", args="x, c"))
+    assert len(kernels) >= 2, "the state is stored where its expression passes plan.FUSION_NODES"
