@@ -104,8 +104,27 @@ def _arg_extreme(extreme: Any, x: torch.Tensor, dim: int | None = None, keepdim:
     n = x.shape[dim]
     along = [n if d == dim else 1 for d in range(x.dim())]
     index = aten.reshape(aten.arange(n, dtype=torch.int64, device=x.device), along)
+    if x.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return _packed_arg_extreme(extreme is aten.amax, x, index, dim, keepdim)
     hits = aten.where(aten.eq(x, extreme(x, [dim], True)), index, n)
     return aten.amin(hits, [dim], keepdim)
+
+
+def _packed_arg_extreme(largest: bool, x: torch.Tensor, index: torch.Tensor, dim: int, keepdim: bool) -> torch.Tensor:
+    """argmax / argmin of floats as one reduction, one pass over ``x`` instead of the extreme's and then the index's:
+    a 64-bit key per element, its value's order in the high half (the float's bits made monotone: a negative one's
+    magnitude bits reversed), its index in the low half (reversed for a maximum), so that the extreme key holds the
+    first index of the extreme value. -0.0 counts as 0.0 (they are equal, the first of them wins) and a NaN beats
+    everything (torch returns the first NaN's index)."""
+    value = x if x.dtype == torch.float32 else aten._to_copy(x, dtype=torch.float32)
+    value = aten.where(aten.eq(value, 0), 0.0, value)
+    bits = aten.view.dtype(value, torch.int32)
+    ordered = aten.where(aten.ge(bits, 0), bits, aten.bitwise_xor(bits, 0x7FFFFFFF))
+    ordered = aten.where(aten.isnan(value), 0x7FFFFFFF if largest else -0x80000000, ordered)
+    low = aten.sub(0xFFFFFFFF, index) if largest else index
+    key = aten.add(aten.mul(aten._to_copy(ordered, dtype=torch.int64), 1 << 32), low)
+    found = aten.bitwise_and((aten.amax if largest else aten.amin)(key, [dim], keepdim), 0xFFFFFFFF)
+    return aten.sub(0xFFFFFFFF, found) if largest else found
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1, alpha: Any = 1) -> torch.Tensor:
@@ -474,6 +493,10 @@ def _convert(
         if not isinstance(value, bool | int | float):
             raise Unsupported(f"{qualified} with a non-constant fill")
         return Node(name, "const", OpKind.CONST, shape, dtype, (), {"value": value})
+    if op == "view" and len(raw) > 1 and isinstance(raw[1], torch.dtype):  # a bitcast: the same bits, another type
+        if (args[0].dtype, dtype) != ("float32", "int32"):
+            raise Unsupported(f"{qualified} from {args[0].dtype} to {dtype}")
+        return Node(name, "float_bits", OpKind.POINTWISE, shape, dtype, args[:1])
     if op in _VIEWS:
         return _view(name, op, raw, args, shape, dtype)
     if op in ("max", "min") and len(raw) >= 2 and isinstance(raw[1], int):

@@ -99,6 +99,8 @@ CUDA_PRELUDE = """#include <algorithm>
 #include <cstdint>
 #include <cuda_runtime.h>
 
+// A float's bits as an integer (a bitcast view: x.view(torch.int32)).
+__device__ __forceinline__ int32_t float_bits(float v) { return (int32_t)__float_as_uint(v); }
 struct SumOp { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct ProdOp { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };
 struct MaxOp { template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
@@ -275,6 +277,12 @@ CPU_PRELUDE = """#include <algorithm>
 #include <vector>
 
 using namespace std;  // exp, fmax, ... resolve to the float overloads as in CUDA device code
+
+static inline int32_t float_bits(float v) {
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return i;
+}
 """
 # What the emitted code calls a 16-bit float, and its conversions (ir.HALF_TYPES), when a plan has one. CUDA's own
 # types, converted by intrinsics: torch's build flags (workdir form) switch the types' conversion operators off.

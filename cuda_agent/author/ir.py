@@ -68,6 +68,7 @@ UNARY: dict[str, str] = {
     "logical_not": "(!({0}))",
     "bitwise_not": "(~({0}))",  # of integers (capture.py makes a bool's a logical_not)
     "isnan": "isnan({0})",
+    "float_bits": "float_bits({0})",  # float32 -> int32, the bits as they are
     "alias": "({0})",
     "clone": "({0})",
 }

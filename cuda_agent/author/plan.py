@@ -930,8 +930,10 @@ class Planner:
 _MATERIALIZED = frozenset({OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.SCAN, OpKind.CONVOLUTION})
 
 
+# Pointwise ops whose operands keep their own types (the others' are converted to the result's).
 _MIXED = frozenset(
     {"cast", "where", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan"}
+    | {"float_bits"}
 )
 
 

@@ -248,6 +248,18 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(5, 33)]",
         "x",
     ),
+    # argmax / argmin as one reduction of packed keys: ties (the first index wins, -0.0 ties 0.0), NaN (its index
+    # wins), 16-bit values, keepdim, over every element
+    "argmax_argmin_ties_nan": (
+        "pass",
+        "return (torch.argmax(x, dim=1), torch.argmin(x, dim=0, keepdim=True), torch.argmax(z, dim=1), "
+        "torch.argmin(-z, dim=1), torch.argmax(n, dim=1), torch.argmin(n, dim=0), torch.argmax(h, dim=-1), "
+        "torch.argmin(x))",
+        "[torch.randint(-3, 3, (6, 40)).float(), torch.where(torch.randint(0, 2, (6, 40)) == 0, -0.0, 0.0) - "
+        "(torch.rand(6, 40) < 0.3).float(), torch.where(torch.rand(6, 40) < 0.05, float('nan'), torch.randn(6, 40)), "
+        "torch.randn(5, 33).bfloat16()]",
+        "x, z, n, h",
+    ),
     # recurrences: the cells' in-place gate updates read back through their slice_scatters, the cell state
     # materialized every few steps (plan.FUSION_NODES)
     "lstm_and_gru": (

@@ -31,6 +31,13 @@ SOURCES = {
     "sum_subtract": problems.problem(
         "        pass", "        s = x.sum(dim=1, keepdim=True)\n        return x - s / 7.0", "[torch.randn(2, 40, 24)]"
     ),
+    # argmax / argmin as one reduction of packed 64-bit keys, over a middle dim (tiles) and the last (rows), of
+    # values with many ties (the first index wins)
+    "argmax_argmin": problems.problem(
+        "        pass",
+        "        return torch.argmax(x, dim=1), torch.argmin(x, dim=-1, keepdim=True)",
+        "[torch.randint(-4, 4, (2, 40, 24)).float()]",
+    ),
     # three statistics in one pass, 70 columns in 3 tiles (the last part empty)
     "standardize_columns": problems.problem(
         "        pass",
