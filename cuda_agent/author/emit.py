@@ -105,6 +105,22 @@ struct SumOp { template <typename T> __device__ T operator()(T a, T b) const { r
 struct ProdOp { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };
 struct MaxOp { template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
 struct MinOp { template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
+// A row's running max and sum of exp(x - max) (an online softmax, emit._online): two threads' pairs combined, each
+// sum rescaled to the larger max (a max of -inf has a sum of 0 or NaN, kept as it is).
+template <typename T> struct MaxSum { T m, s; };
+struct MaxSumOp {
+    template <typename T> __device__ MaxSum<T> operator()(MaxSum<T> a, MaxSum<T> b) const {
+        const T m = a.m > b.m ? a.m : b.m;
+        if (m == -INFINITY) return MaxSum<T>{m, a.s + b.s};
+        return MaxSum<T>{m, a.s * exp(a.m - m) + b.s * exp(b.m - m)};
+    }
+};
+__device__ __forceinline__ MaxSum<float> __shfl_xor_sync(unsigned mask, MaxSum<float> v, int lane) {
+    return MaxSum<float>{__shfl_xor_sync(mask, v.m, lane), __shfl_xor_sync(mask, v.s, lane)};
+}
+__device__ __forceinline__ MaxSum<double> __shfl_xor_sync(unsigned mask, MaxSum<double> v, int lane) {
+    return MaxSum<double>{__shfl_xor_sync(mask, v.m, lane), __shfl_xor_sync(mask, v.s, lane)};
+}
 
 // Four consecutive floats as one 16-byte access where the address allows it (``aligned``: the same for every thread
 // of a launch, so the branch does not diverge), else as four.
@@ -663,7 +679,29 @@ def _row_body(
         return _loop(f"{head} if (const int64_t r0 = {first}; r0 < {kernel.inner}LL)", group)
 
     looped = 0  # passes with a loop over the row so far
-    for group in _passes(kernel.reductions):
+    passes = _passes(kernel.reductions)
+    # A max and the next pass's sum of exponentials in one pass, where the row is read from memory each pass.
+    online = set() if split or buffers else {i for i in range(len(passes) - 1) if _online(passes[i], passes[i + 1])}
+    for i, group in enumerate(passes):
+        if i - 1 in online:
+            continue
+        if i in online:
+            (peak,), (total,) = group, passes[i + 1]
+            loads = _pass_quads(quads, cached, [peak.scope, total.scope])
+            body, pair = _online_pass(kernel, peak, total, full_index, cached | {b: f"q_{b}[j]" for b in loads}, share)
+            lines += pair
+            _declare_once(lines, over_groups(body, loads, []) if quads else _loop(loop, element + body))
+            t = peak.node.ctype
+            if combine_threads:
+                running = f"MaxSum<{t}>{{acc_{peak.var}, acc_{total.var}}}"
+                identity = f"MaxSum<{t}>{{-INFINITY, 0}}"
+                lines.append(f"const MaxSum<{t}> {peak.var}_{total.var} = ")
+                lines[-1] += f"{combine_threads}<MaxSum<{t}>>({running}, MaxSumOp(), {identity});"
+                lines += [f"const {t} {r.var} = {peak.var}_{total.var}.{f};" for r, f in ((peak, "m"), (total, "s"))]
+            else:
+                lines += [f"const {t} {r.var} = acc_{r.var};" for r in (peak, total)]
+            looped += 2
+            continue
         if group[0].invariant:
             red = group[0]
             t = red.node.ctype
@@ -735,6 +773,65 @@ def _row_body(
         stores = " ".join(stored(kernel.writes[b], f"{b}[{off}]", var) for b, var, off in kernel.reduced_outputs)
         lines.append(row_guard + "{ " + stores + " }")
     return lines
+
+
+def _online(first: list[FusedReduction], second: list[FusedReduction]) -> bool:
+    """Whether pass ``first``, a row's max m, and pass ``second``, its sum of exp(a - m) (a softmax's), can be one
+    pass (an online softmax: the running sum rescaled whenever the running max grows, ``_online_pass``). Only where
+    a does not read m and m is read as it is: then exp(a - m) is exp(a - m') exp(m' - m) for any m', exactly."""
+    if len(first) != 1 or len(second) != 1 or first[0].invariant or second[0].invariant:
+        return False
+    peak, total = first[0].node, second[0].node
+    if peak.op != "amax" or total.op != "sum" or peak.ctype not in ("float", "double") or total.ctype != peak.ctype:
+        return False
+    term = total.args[0]
+    if not isinstance(term, Node) or term.op != "exp" or not isinstance(term.args[0], Node) or term.args[0].op != "sub":
+        return False
+    a, m = term.args[0].args
+    while isinstance(m, Node) and m.kind is OpKind.VIEW:
+        m = m.args[0]
+    return m is peak and isinstance(a, Node) and not _reads(a, peak)
+
+
+def _reads(node: Node, target: Node) -> bool:
+    """Whether ``node`` is ``target`` or computed from it."""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n is target:
+            return True
+        if id(n) not in seen:
+            seen.add(id(n))
+            todo += n.inputs()
+    return False
+
+
+def _online_pass(
+    kernel: RowKernel, peak: FusedReduction, total: FusedReduction, index: str, cached: dict[str, str], share: int
+) -> tuple[list[str], list[str]]:
+    """(statements per element, declarations before the loop) of ``_online``'s one pass: the sum's terms computed
+    with the running max standing for the row's, the running sum (and its compensation) rescaled by
+    exp(old - new) when the max grows; the threads' (max, sum) pairs combined by ``MaxSumOp`` afterwards. A row
+    of -inf alone sums to 0 (two passes: NaN), whose softmax is NaN all the same."""
+    t = peak.node.ctype
+    m, acc = f"acc_{peak.var}", f"acc_{total.var}"
+    compensated = _compensated("sum", t, share)
+    declarations = [f"{t} {m} = ({t})(-INFINITY);", f"{t} {acc} = ({t})0;"]
+    declarations += [f"{t} comp_{total.var} = ({t})0;"] * compensated
+    body = _scope_body(kernel, peak.scope, index, cached)
+    rescaled = [acc, *([f"comp_{total.var}"] * compensated)]
+    scale = " ".join(f"{v} *= grown;" for v in rescaled)
+    body.append(f"if ({peak.value} > {m}) {{ const {t} grown = exp({m} - {peak.value}); {scale} {m} = {peak.value}; }}")
+    terms = [f"const {t} {peak.var} = {m};"]
+    terms += [stmt for stmt in _scope_body(kernel, total.scope, index, cached) if stmt not in body]
+    if compensated:
+        terms += _kahan(acc, f"comp_{total.var}", total.value, t)
+    else:
+        terms.append(f"{acc} = {acc} + {total.value};")
+    # Nothing added while the running max is -inf: the terms of -inf values (a mask's) are 0 once a finite value
+    # sets the max, not exp(-inf - -inf).
+    return [*body, f"if ({m} != ({t})(-INFINITY)) {{", *terms, "}"], declarations
 
 
 def _passes(reductions: list[FusedReduction]) -> list[list[FusedReduction]]:

@@ -38,6 +38,16 @@ SOURCES = {
         "        return torch.argmax(x, dim=1), torch.argmin(x, dim=-1, keepdim=True)",
         "[torch.randint(-4, 4, (2, 40, 24)).float()]",
     ),
+    # a max and a sum of exponentials in one pass where the rows are read from memory (an online softmax): over a
+    # middle dim (tiles of columns), and over the last one behind a causal mask of -inf (a row's running max -inf
+    # until its first unmasked value), its sum also returned
+    "online_softmax": problems.problem(
+        "        pass",
+        "        m = torch.full((40, 40), float('-inf')).triu(1)\n"
+        "        return torch.log_softmax(x, dim=1), torch.softmax(y + m, dim=-1), torch.logsumexp(y + m, dim=-1)",
+        "[3.0 * torch.randn(2, 40, 24), 3.0 * torch.randn(3, 40, 40)]",
+        args="x, y",
+    ),
     # three statistics in one pass, 70 columns in 3 tiles (the last part empty)
     "standardize_columns": problems.problem(
         "        pass",
@@ -104,6 +114,7 @@ SOURCES = {
 # problem per layout and feature (a block's, a warp's and a tile's rows, caches, scans, statistics materialized),
 # the slow tier the others.
 SLOW = {
+    "online_softmax",
     "softmax_cumsum_exact_rows",
     "layernorm",
     "masked_softmax",

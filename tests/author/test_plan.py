@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
-from cuda_agent.author.emit import Variant, emit_source
+from cuda_agent.author.emit import Variant, emit_source, variant_plan
 from cuda_agent.author.plan import ConvKernel, GemmKernel, RowKernel, fuse_epilogues, linear_index, reshape_coords
 from tests.author import problems
 
@@ -364,3 +366,19 @@ def test_a_state_every_step_reads_is_stored_once_its_expression_is_large() -> No
     )
     kernels = _kernels(problems.problem("        pass", forward, "[torch.randn(4, 8), torch.randn(4, 8)]", args="x, c"))
     assert len(kernels) >= 2, "the state is stored where its expression passes plan.FUSION_NODES"
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_a_softmax_read_from_memory_takes_its_max_and_sum_in_one_pass(dim: int) -> None:
+    """Rows read from memory each pass (no row cache): the max and the sum of exponentials in one loop over the row
+    (an online softmax), then the outputs' loop; a row cached in registers keeps its two reduction loops."""
+    source = problems.problem(
+        "        pass", f"        return torch.log_softmax(x, dim={dim})", "[torch.randn(8, 96, 40)]"
+    )
+    plan = plan_graph(capture_problem(source))
+    for variant, loops, online in ((Variant(), 2, True), (Variant(rows="warp", cache="regs"), 3, False)):
+        if dim == 1 and variant.cache != "none":
+            continue
+        text = emit_source(variant_plan(plan, "cuda", variant), "cuda", variant)
+        passes = re.findall(r"for \((?:int64_t r0?|int g) = ", text)  # over a row's elements, or its groups of 4
+        assert len(passes) == loops and ("MaxSumOp()" in text) == online
