@@ -114,6 +114,8 @@ SOURCES = {
 # problem per layout and feature (a block's, a warp's and a tile's rows, caches, scans, statistics materialized),
 # the slow tier the others.
 SLOW = {
+    "argmax_argmin",
+    "standardize_columns",
     "online_softmax",
     "softmax_cumsum_exact_rows",
     "layernorm",
