@@ -80,11 +80,14 @@ class Variant:
     # cuda: "fast" computes float exp, sigmoid, silu and quotients on the special-function units (ir.FAST_FLOAT),
     # within a few ulp; "exact" with the accurate library forms
     math: str = "exact"
+    # a row's max and sum of exponentials read from memory (``online_softmax``): "online" in one pass, "passes" in
+    # two (the second pass's reads may come from L1 or L2 where a row is short, without the running rescale)
+    softmax: str = "online"
 
     def label(self) -> str:
         return (
             f"block={self.block} rows={self.rows} vec={self.vec} gemm={self.gemm} tile={self.tile} micro={self.micro} "
-            f"conv={self.conv} omp={self.omp} cache={self.cache} math={self.math}"
+            f"conv={self.conv} omp={self.omp} cache={self.cache} math={self.math} softmax={self.softmax}"
         )
 
     def omp_pragma(self, work: int, clause: str = "") -> str:
@@ -543,13 +546,20 @@ _GUARDS = {
 
 
 def _row_body(
-    kernel: RowKernel, device: str, layout: str, block: int, cache: str = "none", launch: int | None = None
+    kernel: RowKernel,
+    device: str,
+    layout: str,
+    block: int,
+    cache: str = "none",
+    launch: int | None = None,
+    online: bool = True,
 ) -> list[str]:
     """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs) in ``layout`` (_LANES);
     ``cache``: where a block or a warp per row keeps the operands several passes read ("regs", "smem": a block's
     only; ``row_cache``), or "none". ``launch``: of a split row (``split_rows``), the statements of that launch for
     the block's segment of the row: pass ``launch`` over it (the earlier passes' results combined from their
-    partials), or the outputs after the last pass."""
+    partials), or the outputs after the last pass. ``online``: a max and a sum of exponentials in one pass where
+    the row is read from memory each pass (``online_softmax``)."""
     shape, reduced = kernel.shape, list(kernel.reduced)
     outer = [j for j in range(len(shape)) if j not in reduced]
     full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
@@ -681,11 +691,11 @@ def _row_body(
     looped = 0  # passes with a loop over the row so far
     passes = _passes(kernel.reductions)
     # A max and the next pass's sum of exponentials in one pass, where the row is read from memory each pass.
-    online = set() if split or buffers else {i for i in range(len(passes) - 1) if _online(passes[i], passes[i + 1])}
+    merged = _online_passes(passes) if online and not (split or buffers) else set()
     for i, group in enumerate(passes):
-        if i - 1 in online:
+        if i - 1 in merged:
             continue
-        if i in online:
+        if i in merged:
             (peak,), (total,) = group, passes[i + 1]
             loads = _pass_quads(quads, cached, [peak.scope, total.scope])
             body, pair = _online_pass(kernel, peak, total, full_index, cached | {b: f"q_{b}[j]" for b in loads}, share)
@@ -773,6 +783,15 @@ def _row_body(
         stores = " ".join(stored(kernel.writes[b], f"{b}[{off}]", var) for b, var, off in kernel.reduced_outputs)
         lines.append(row_guard + "{ " + stores + " }")
     return lines
+
+
+def online_softmax(kernel: RowKernel) -> bool:
+    """Whether some pass of ``kernel`` over its rows can take the next one's reduction with it (``_online``)."""
+    return bool(_online_passes(_passes(kernel.reductions)))
+
+
+def _online_passes(passes: list[list[FusedReduction]]) -> set[int]:
+    return {i for i in range(len(passes) - 1) if _online(passes[i], passes[i + 1])}
 
 
 def _online(first: list[FusedReduction], second: list[FusedReduction]) -> bool:
@@ -1170,7 +1189,7 @@ def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
         start, stride = f"(int64_t)blockIdx.x * {block} + threadIdx.x", f"(int64_t)gridDim.x * {block}"
         loop = f"for (int64_t o = {start}; o < {kernel.outer}LL; o += {stride})"
         blocks = f"({kernel.outer}LL + {block - 1}) / {block}"
-    body = _row_body(kernel, "cuda", layout, block, variant.cache)
+    body = _row_body(kernel, "cuda", layout, block, variant.cache, online=variant.softmax == "online")
     if layout == "tile":
         # Threads past the last row compute it again: every thread takes part in the block's reductions.
         body[:0] = [

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.author.capture import capture_problem
-from cuda_agent.author.emit import Variant, candidate_files, row_cache, row_layout, split_rows, warp_rows
+from cuda_agent.author.emit import (
+    Variant,
+    candidate_files,
+    online_softmax,
+    row_cache,
+    row_layout,
+    split_rows,
+    warp_rows,
+)
 from cuda_agent.author.ir import FAST_FLOAT, HALF_TYPES, Unsupported
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
 
@@ -68,6 +76,8 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
         out += [replace(sized, block=b) for b in (512, 128, 1024)]
     if rows:
         out.append(replace(base, vec=1))
+    if any(online_softmax(k) for k in rows):  # short rows' second pass may be read from L1 or L2
+        out.append(replace(base, softmax="passes"))
     # Early: a norm's rows read once is its likeliest win. Longer rows fit a thread's register share only with
     # more threads, so the first two block sizes where some row kernel's share fits.
     in_regs = [b for b in (256, 512, 1024) if any(row_cache(k, b) for k in rows)]
