@@ -331,10 +331,15 @@ def _to_ir(
     inputs: list[Node] = []
 
     seen: dict[tuple[Any, ...], Node] = {}
+    added: set[int] = set()
 
     def add(node: Node) -> Node:
         # A value computed twice is one node (x.mean() and the mean inside x.std() are one reduction): the planner
-        # then reads or reduces it once instead of making another pass over its source.
+        # then reads or reduces it once instead of making another pass over its source. A converter may also
+        # answer with a node already there (a slice of a scattered input: the input).
+        if id(node) in added:
+            return node
+        added.add(id(node))
         key = _cse_key(node)
         if key in seen:
             return seen[key]

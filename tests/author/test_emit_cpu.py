@@ -260,6 +260,14 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "torch.randn(5, 33).bfloat16()]",
         "x, z, n, h",
     ),
+    # pieces read back from a tensor filled piecewise in place: inside one update, outside all, across two
+    "slices_of_a_scattered_tensor": (
+        "pass",
+        "z = torch.zeros(4, 12)\n        z[:, 2:6] = y\n        z[:, 6:9] = y[:, :3] * 3\n"
+        "        return z[:, 3:5] * 2, z[:, 10:] + 1, z[:, 4:8], z[:, 7]",
+        "[torch.randn(4, 4)]",
+        "y",
+    ),
     # recurrences: the cells' in-place gate updates read back through their slice_scatters, the cell state
     # materialized every few steps (plan.FUSION_NODES)
     "lstm_and_gru": (
