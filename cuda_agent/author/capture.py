@@ -331,21 +331,23 @@ def _to_ir(
     inputs: list[Node] = []
 
     seen: dict[tuple[Any, ...], Node] = {}
-    added: set[int] = set()
+    # Every node offered and what stands for it, the node held (an id is unique only while its object lives).
+    offered: dict[int, tuple[Node, Node]] = {}
 
     def add(node: Node) -> Node:
         # A value computed twice is one node (x.mean() and the mean inside x.std() are one reduction): the planner
         # then reads or reduces it once instead of making another pass over its source. A converter may also
-        # answer with a node already there (a slice of a scattered input: the input).
-        if id(node) in added:
-            return node
-        added.add(id(node))
+        # answer with a node offered before (a slice of a scattered input: the input).
+        if id(node) in offered and offered[id(node)][0] is node:
+            return offered[id(node)][1]
         key = _cse_key(node)
         if key in seen:
+            offered[id(node)] = (node, seen[key])
             return seen[key]
         if key is not None:
             seen[key] = node
         nodes.append(node)
+        offered[id(node)] = (node, node)
         return node
 
     for i, ph in enumerate(placeholders):
