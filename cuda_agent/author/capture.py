@@ -331,23 +331,18 @@ def _to_ir(
     inputs: list[Node] = []
 
     seen: dict[tuple[Any, ...], Node] = {}
-    # Every node offered and what stands for it, the node held (an id is unique only while its object lives).
-    offered: dict[int, tuple[Node, Node]] = {}
 
     def add(node: Node) -> Node:
         # A value computed twice is one node (x.mean() and the mean inside x.std() are one reduction): the planner
-        # then reads or reduces it once instead of making another pass over its source. A converter may also
-        # answer with a node offered before (a slice of a scattered input: the input).
-        if id(node) in offered and offered[id(node)][0] is node:
-            return offered[id(node)][1]
+        # then reads or reduces it once instead of making another pass over its source. An input or parameter is in
+        # the graph from the start (a converter may answer with one: a slice of a scattered input is the input).
+        if node.kind in (OpKind.INPUT, OpKind.PARAM):
+            return node
         key = _cse_key(node)
         if key in seen:
-            offered[id(node)] = (node, seen[key])
             return seen[key]
-        if key is not None:
-            seen[key] = node
+        seen[key] = node
         nodes.append(node)
-        offered[id(node)] = (node, node)
         return node
 
     for i, ph in enumerate(placeholders):
@@ -360,7 +355,8 @@ def _to_ir(
         else:
             node = Node(f"in{len(inputs)}", "input", OpKind.INPUT, tuple(val.shape), _dtype(val, "input"))
             inputs.append(node)
-        env[ph] = add(node)
+        nodes.append(node)
+        env[ph] = node
     outputs: list[Node] = []
     for fx in gm.graph.nodes:
         if fx.op == "placeholder":
@@ -394,11 +390,9 @@ def _to_ir(
     return Graph(nodes, inputs, params, outputs, single, tensor_pos, arg_count)
 
 
-def _cse_key(node: Node) -> tuple[Any, ...] | None:
+def _cse_key(node: Node) -> tuple[Any, ...]:
     """What makes ``node``'s value: equal keys compute equal tensors (every op the author captures is a function of
-    its operands and attributes). Inputs and parameters are values of their own."""
-    if node.kind in (OpKind.INPUT, OpKind.PARAM):
-        return None
+    its operands and attributes; inputs and parameters, values of their own, have none)."""
     args = tuple(a.name if isinstance(a, Node) else (type(a).__name__, repr(a)) for a in node.args)
     return (node.op, node.kind, node.shape, node.dtype, args, repr(sorted(node.attrs.items())))
 
