@@ -92,6 +92,13 @@ class RolloutRunner:
         return traj
 
     def _terminate(self, reason: TerminationReason, detail: str = "") -> None:
+        # A limit that ends the rollout before the policy finishes: a policy that keeps its own account of the work
+        # (the heuristic's variants and their figures) adds it, or the trajectory keeps only the limit's name.
+        closing = getattr(self.policy, "closing_note", None)
+        limits = (TerminationReason.WALL_CLOCK, TerminationReason.MAX_TURNS, TerminationReason.CANCELLED)
+        if reason in limits and callable(closing):
+            note = closing([message for turn in self.s.turns for message in turn])
+            detail = f"{detail}; {note}" if note else detail
         self.s.trajectory.termination = reason
         self.s.trajectory.termination_detail = detail
         self.s.state = LoopState.TERMINATED

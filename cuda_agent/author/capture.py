@@ -255,9 +255,22 @@ class _ScalarTensors(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def tensor_attributes(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Tensors the model's modules hold as plain attributes, neither parameters nor buffers, by qualified name
+    (``self.h0 = torch.randn(...)`` for an LSTM's initial state): made by the constructor like its parameters, read
+    by ``forward`` like them, but outside the state_dict and left behind by ``Module.to``."""
+    found = {}
+    for prefix, module in model.named_modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                found[f"{prefix}.{name}" if prefix else name] = value
+    return found
+
+
 def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     """The aten graph of ``model(*inputs)`` (meta tensors), parameters and buffers as named graph inputs."""
-    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    attributes = tensor_attributes(model)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers()), **attributes}
     names = list(state)
     tensor_pos = [i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)]
 
@@ -284,10 +297,11 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     single = isinstance(result, torch.Tensor)
     if not single and not (isinstance(result, list | tuple) and all(isinstance(r, torch.Tensor) for r in result)):
         raise Unsupported(f"output of type {type(result).__name__} (a tensor or a tuple of tensors is expected)")
-    graph = _to_ir(gm, names, len(dict(model.named_parameters())), tensor_pos, len(inputs), single)
+    graph = _to_ir(gm, names, len(dict(model.named_parameters())), tensor_pos, len(inputs), single, set(attributes))
     saved = set(model.state_dict())
     for node in graph.params:  # a buffer left out of state_dict (non-persistent) cannot come from the reference's
         node.attrs["persistent"] = node.attrs["qualname"] in saved
+        node.attrs["attribute"] = node.attrs["qualname"] in attributes
     return graph
 
 
@@ -316,7 +330,13 @@ def _dtype(value: Any, where: str) -> str:
 
 
 def _to_ir(
-    gm: torch.fx.GraphModule, names: list[str], n_params: int, tensor_pos: list[int], arg_count: int, single: bool
+    gm: torch.fx.GraphModule,
+    names: list[str],
+    n_params: int,
+    tensor_pos: list[int],
+    arg_count: int,
+    single: bool,
+    attributes: set[str],
 ) -> Graph:
     # The copies back into buffers and inputs are state for the next call, which the judged outputs of this one do
     # not read: the author leaves them out (and with them what computes them, such as running statistics).
@@ -347,6 +367,8 @@ def _to_ir(
 
     for i, ph in enumerate(placeholders):
         val = ph.meta["val"]
+        if i < len(names) and names[i] in attributes and not ph.users:
+            continue  # a tensor attribute forward does not read: nothing to fetch (or move to the device) a call
         if i < len(names):
             node = Node(f"p{i}", "param", OpKind.PARAM, tuple(val.shape), _dtype(val, names[i]))
             node.attrs["qualname"] = names[i]

@@ -63,7 +63,9 @@ class Variant:
     # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy, its float32 operands' K steps copied
     # ahead asynchronously, 16 bytes a copy where they have 16-byte groups, else an element; our implicit
     # convolutions too, their input gathered a copy an element),
-    # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile)
+    # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile), "mma" (ours on tensor
+    # cores through mma.sync, staged by asynchronous copies, for 16-bit products whose operands have 16-byte groups;
+    # others as "wmma")
     gemm: str = "cublas"
     # cuda convolutions: "exact" runs cuDNN restricted to FMA (fp32) kernels, which the fp32 tolerance needs, the
     # first its heuristics pick; "fastest" the same kernels, the fastest of them timed on the first call (FFT and
@@ -288,6 +290,46 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // Waits until at most ``pending`` of this thread's latest committed groups are still in flight.
 template <int pending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory"); }
+"""
+# Our 16-bit products' tensor-core step (``_cuda_gemm_mma16``): operands as their bits (bfloat16 and float16 move
+# alike), fragments read by ldmatrix, products by mma.sync m16n8k16 into float32 sums.
+CUDA_MMA16_PRELUDE = """
+// 8 16-bit values from global to shared memory (cp.async of 16 bytes), zeros where !in; a source that is not
+// 16-byte aligned is copied by this thread's loads and stores (landed at once, seen by others after a barrier).
+__device__ __forceinline__ void cp_async8h(uint16_t* dst, const uint16_t* src, bool in, bool aligned) {
+    if (aligned) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                     "l"(src), "r"(in ? 16 : 0) : "memory");
+    } else {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) dst[c] = in ? src[c] : (uint16_t)0;
+    }
+}
+// Four 8x8 matrices of 16-bit values from shared memory, lane 8 q + i giving the address of matrix q's row i (16
+// bytes): lane 4 g + t receives row g's elements 2t and 2t + 1 of each (``trans``: row 2t's and 2t + 1's element g).
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const uint16_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const uint16_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+// D += A B for a warp: mma.sync m16n8k16, float32 sums. Lane 4 g + t holds A's rows g and g + 8 at k 2t, 2t + 1
+// and k 2t + 8, 2t + 9 (a[0], a[1], a[2], a[3]: row g, g + 8, g, g + 8), B's column g at the same k (b[0], b[1]),
+// D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1].
+__device__ __forceinline__ void mma_bf16(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_f16(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 """
 CPU_PRELUDE = """#include <algorithm>
 #include <cmath>
@@ -1992,6 +2034,148 @@ extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
 """
 
 
+MMA16_STAGES = 4  # K steps of 32 in flight: 20 KB of shared memory each, two blocks an SM
+MMA16_GROUP = 8  # block rows of C a group of tiles spans (``_cuda_gemm_mma16``)
+
+
+def _cuda_gemm_mma16(g: GemmKernel) -> str | None:
+    """Our GEMM kernel for 16-bit operands on mma.sync m16n8k16 (sm_80 and later): 128x128 tiles of C per block of
+    8 warps, 64x32 per warp as 4x4 products of 16x8, K steps of 32 copied from global to shared memory 16 bytes at
+    a time (``cp_async8h``), ``MMA16_STAGES`` in flight, one barrier a step; fragments read by ldmatrix (8 bytes a
+    lane a matrix instead of 2-byte reads, transposed on the way where the tile's contiguous dim is not k). Tiles
+    are taken in groups of ``MMA16_GROUP`` block rows, column by column within a group, so that the blocks
+    resident at once read a few rows of A's panels and of B's and L2 serves the rest (in launch order, a row of
+    tiles would read all of B each time). None where an operand has no unit stride with 8-element groups (the
+    other strides and the size along it multiples of 8): ``_cuda_gemm_wmma`` then."""
+    s = _strides(g)
+    # (along k, its stride between rows or columns) per operand: which of its dims is contiguous in a tile row
+    a = _mma16_layout(s["sak"], s["sam"], s["sab"], g.k, g.m)
+    b = _mma16_layout(s["sbk"], s["sbn"], s["sbb"], g.k, g.n)
+    if a is None or b is None:
+        return None
+    a_along_k, b_along_k = a, b
+    steps, stages = -(-g.k // 32), MMA16_STAGES
+    # A stage's tile of 128 rows (or columns) by 32 k: [edge][40] where k is contiguous, else [32 k][136]; the
+    # padding of 16 bytes a row puts ldmatrix's 8 row reads of a matrix in distinct banks either way.
+    a_size, b_size = (128 * 40 if along else 32 * 136 for along in (a_along_k, b_along_k))
+
+    def fetch(x: str, edge: str, along: bool, size: int, stride: int, edge_size: int) -> str:
+        """A stage's copies of one operand: 512 groups of 8, two a thread."""
+        e, kk = ("q / 4", "q % 4 * 8") if along else ("q % 16 * 8", "q / 16")
+        place = f"({e}) * 40 + {kk}" if along else f"({kk}) * 136 + {e}"
+        within = [f"{edge} < {edge_size}LL"] * (edge_size % 128 != 0) + [f"k < {g.k}LL"] * (g.k % 32 != 0)
+        offset = f"{edge} * {stride}LL + k" if along else f"k * {stride}LL + {edge}"
+        return f"""#pragma unroll
+            for (int l = 0; l < 2; ++l) {{
+                const int q = threadIdx.x + l * 256;
+                const int64_t {edge} = {edge}0 + {e}, k = k_next + {kk};
+                const bool in = {" && ".join(within) or "true"};
+                cp_async8h(&{x}s[stage * {size} + {place}], in ? p{x} + {offset} : p{x}, in, {x}_aligned);
+            }}"""
+
+    def fragment(x: str, along: bool, size: int, e: str, e_off: str, k_off: str, into: str) -> str:
+        """ldmatrix into ``into`` of 4 matrices of 8 (rows or columns) by 8 k from edge ``e``, k 16 h: lane 8 q + i
+        gives row i of matrix q, at (``e_off``, ``k_off``) of q."""
+        load = "ldmatrix_x4" if along else "ldmatrix_x4_trans"
+        at = f"({e} + {e_off} + lane % 8) * 40 + h * 16 + {k_off}" if along else (
+            f"(h * 16 + {k_off} + lane % 8) * 136 + {e} + {e_off}"
+        )  # fmt: skip
+        return f"{load}({into}, {x}s + (step % {stages}) * {size} + {at});"
+
+    # A's matrices in the fragment's order (rows 0-7 and 8-15 at k 0-7, then at k 8-15); B's two fragments of 8
+    # columns, each k 0-7 then 8-15
+    a_frag = fragment("a", a_along_k, a_size, "wm * 64 + i * 16", "lane / 8 % 2 * 8", "lane / 16 * 8", "af[i]")
+    b_frag = fragment("b", b_along_k, b_size, "wn * 32 + j * 16", "lane / 16 * 8", "lane / 8 % 2 * 8", "r")
+    mma = "mma_bf16" if g.node.dtype == "bfloat16" else "mma_f16"
+    a_stride, b_stride = (s["sam"] if a_along_k else s["sak"]), (s["sbn"] if b_along_k else s["sbk"])
+    copies = f"""if (k_next < {g.k}LL) {{
+            {fetch("a", "row", a_along_k, a_size, a_stride, g.m)}
+            {fetch("b", "col", b_along_k, b_size, b_stride, g.n)}
+        }}
+        cp_async_commit();  // a group every step, empty past K: the wait counts groups"""
+    tiles_m, tiles_n = -(-g.m // 128), -(-g.n // 128)
+    smem = stages * (a_size + b_size) * 2
+    out = _gemm_put(g, "acc[i][j][e]")
+    return f"""
+// {g.node.op} on tensor cores: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles, K steps of 32, {stages} in
+// flight.
+__global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
+    extern __shared__ __align__(16) uint16_t mma16_smem[];
+    uint16_t* const as = mma16_smem;  // [stage][A's tile]
+    uint16_t* const bs = mma16_smem + {stages * a_size};  // [stage][B's tile]
+    const int tile = blockIdx.x, group = tile / ({MMA16_GROUP * tiles_n});
+    const int rows_in = min({tiles_m} - group * {MMA16_GROUP}, {MMA16_GROUP}), within = tile % {MMA16_GROUP * tiles_n};
+    const int64_t batch = blockIdx.z;
+    const int64_t row0 = (int64_t)(group * {MMA16_GROUP} + within % rows_in) * 128;
+    const int64_t col0 = (int64_t)(within / rows_in) * 128;
+    const uint16_t* const pa = reinterpret_cast<const uint16_t*>({g.a.buffer}) + batch * {s["sab"]}LL;
+    const uint16_t* const pb = reinterpret_cast<const uint16_t*>({g.b.buffer}) + batch * {s["sbb"]}LL;
+    const bool a_aligned = reinterpret_cast<uintptr_t>(pa) % 16 == 0;
+    const bool b_aligned = reinterpret_cast<uintptr_t>(pb) % 16 == 0;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
+    const int g = lane / 4, t = lane % 4;
+    float acc[4][4][4] = {{}};  // [16 rows][8 columns][the thread's 4 of them]
+#pragma unroll
+    for (int stage = 0; stage < {stages - 1}; ++stage) {{
+        const int64_t k_next = stage * 32LL;
+        {copies}
+    }}
+    for (int step = 0; step < {steps}; ++step) {{
+        cp_async_wait<{stages - 2}>();  // this thread's copies of this step have landed
+        __syncthreads();  // everyone's have, and everyone is done with the step before, whose buffer is refilled now
+        {{
+            const int stage = (step + {stages - 1}) % {stages};
+            const int64_t k_next = (step + {stages - 1}) * 32LL;
+            {copies}
+        }}
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {{
+            unsigned af[4][4], bf[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {a_frag}
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {{
+                unsigned r[4];
+                {b_frag}
+                bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];
+            }}
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {mma}(acc[i][j], af[i], bf[j]);
+        }}
+    }}
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+                const int64_t row = row0 + wm * 64 + i * 16 + g + 8 * (e / 2);
+                const int64_t col = col0 + wn * 32 + j * 8 + 2 * t + e % 2;
+                if (row < {g.m}LL && col < {g.n}LL) {out}
+            }}
+}}
+
+extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
+    cudaFuncSetAttribute({g.name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem});
+    dim3 grid({tiles_m * tiles_n}, 1, {g.batch});
+    {g.name}_kernel<<<grid, 256, {smem}, stream>>>({", ".join(_gemm_buffers(g))});
+}}
+"""
+
+
+def _mma16_layout(unit_k: int, unit_edge: int, batch: int, k: int, edge: int) -> bool | None:
+    """Whether ``_cuda_gemm_mma16`` copies an operand's tile along k (k contiguous) or along its edge (rows of A,
+    columns of B), from its strides along k and the edge and between batches and its sizes; None where neither
+    dim has 16-byte groups."""
+    if unit_k == 1 and unit_edge % 8 == 0 and batch % 8 == 0 and k % 8 == 0:
+        return True
+    if unit_edge == 1 and unit_k % 8 == 0 and batch % 8 == 0 and edge % 8 == 0:
+        return False
+    return None
+
+
 def _blas_operand(rows_stride: int, cols_stride: int, rows: int, cols: int) -> tuple[str, int] | None:
     """(cuBLAS op, leading dimension) of a row-major-indexed operand [rows, cols] seen column-major as its
     transpose, or None when neither of its strides is 1 (cuBLAS needs one unit stride)."""
@@ -2456,7 +2640,7 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
     parts = [CUDA_PRELUDE if device == "cuda" else CPU_PRELUDE]
     if any(n.dtype in HALF_TYPES for n in plan.graph.nodes):
         parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)
-    blas = dnn = False
+    blas = dnn = mma16_used = False
     tensor_cores = variant.gemm == "tf32x3"  # our float32 products (GEMMs, implicit convolutions) as 3xTF32
     for k in plan.kernels:
         if isinstance(k, ConvKernel) and device == "cuda" and variant.conv not in ("direct", "implicit"):
@@ -2470,10 +2654,13 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         elif isinstance(k, GemmKernel) and device == "cuda":
             vendor = _cublas_gemm(k, variant.gemm == "cublas_tf32") if variant.gemm.startswith("cublas") else None
             blas = blas or vendor is not None
-            wmma = variant.gemm == "wmma" and k.node.dtype in HALF_TYPES
+            half = k.node.dtype in HALF_TYPES
+            mma16 = _cuda_gemm_mma16(k) if variant.gemm == "mma" and half else None
+            mma16_used = mma16_used or mma16 is not None
+            wmma = variant.gemm in ("wmma", "mma") and half
             pipelined = variant.gemm == "pipelined" or tensor_cores
             own = _cuda_gemm_pipelined(k, tensor_cores) if pipelined else _cuda_gemm(k, variant)
-            parts.append(vendor or (_cuda_gemm_wmma(k) if wmma else own))
+            parts.append(vendor or mma16 or (_cuda_gemm_wmma(k) if wmma else own))
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))
         else:
@@ -2483,7 +2670,9 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         parts.insert(1, '#include <cublas_v2.h>\n#pragma comment(lib, "cublas")\n')
     if dnn:
         parts.insert(1, '#include <cudnn.h>\n#pragma comment(lib, "cudnn")\n')
-    if tensor_cores and any(isinstance(k, GemmKernel | ConvKernel) for k in plan.kernels):
+    if mma16_used:
+        parts.insert(1, CUDA_MMA16_PRELUDE)
+    if mma16_used or (tensor_cores and any(isinstance(k, GemmKernel | ConvKernel) for k in plan.kernels)):
         parts.insert(1, CUDA_MMA_PRELUDE)
     source = "".join(parts)
     if len(source) > MAX_SOURCE_BYTES:
@@ -2519,8 +2708,15 @@ def emit_model_new(plan: Plan, problem_source: str, device: str, workdir: bool =
             f"were generated for {tuple(node.shape)} {_torch_dtype(node)}')"
         )
     for node in g.params:
+        qualname = node.attrs["qualname"]
+        if node.attrs.get("attribute"):  # a plain tensor attribute: Module.to leaves it where the constructor put it
+            owner, _, leaf = qualname.rpartition(".")
+            lines.append(
+                f"{node.name} = getattr(self.get_submodule({owner!r}), {leaf!r}).to(self._device).contiguous()"
+            )
+            continue
         getter = "get_buffer" if node.attrs.get("buffer") else "get_parameter"
-        lines.append(f"{node.name} = self.{getter}({node.attrs['qualname']!r}).contiguous()")
+        lines.append(f"{node.name} = self.{getter}({qualname!r}).contiguous()")
     for name, node in plan.buffers.items():
         if name.startswith(("b", "out")):
             lines.append(
@@ -2578,6 +2774,11 @@ def _declared_state(plan: Plan) -> str:
     """``__init__``'s declarations of the reference's parameters and buffers (nested modules made on the way)."""
     entries = []
     for node in plan.graph.params:
+        if node.attrs.get("attribute"):
+            raise Unsupported(
+                f"tensor attribute {node.attrs['qualname']} is neither a parameter nor a buffer: the workdir form's "
+                "ModelNew takes its state from the reference's state_dict"
+            )
         if not node.attrs.get("persistent", True):
             raise Unsupported(
                 f"buffer {node.attrs['qualname']} is not in the reference's state_dict (persistent=False): the "

@@ -71,6 +71,7 @@ UNARY: dict[str, str] = {
     "float_bits": "float_bits({0})",  # float32 -> int32, the bits as they are
     "alias": "({0})",
     "clone": "({0})",
+    "detach": "({0})",  # torch 2.11's trace leaves some in (argmax's packed keys): no autograd here, a value as is
 }
 BINARY: dict[str, str] = {
     "add": "(({0}) + ({1}))",

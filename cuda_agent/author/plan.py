@@ -316,7 +316,9 @@ class Plan:
         tensor inputs and the module's parameters and buffers contiguous, the rest allocated on ``device``."""
         import torch
 
-        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        from cuda_agent.author.capture import tensor_attributes
+
+        state = {**dict(model.named_parameters()), **dict(model.named_buffers()), **tensor_attributes(model)}
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         bound = {n.name: t.contiguous() for n, t in zip(self.graph.inputs, tensors, strict=True)}
         bound |= {p.name: state[p.attrs["qualname"]].detach().contiguous() for p in self.graph.params}

@@ -49,7 +49,9 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
     # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread. Float32 products
     # also run as three TF32 tensor-core products (float32's accuracy: emit._tf32x3_steps), second (below).
-    ours = [Variant(gemm="wmma", tile=128, micro=8)] if any(k.node.dtype in HALF_TYPES for k in gemms) else []
+    # 16-bit products staged and on mma.sync (emit._cuda_gemm_mma16), then on WMMA (any strides)
+    half = [Variant(gemm="mma", tile=128, micro=8), Variant(gemm="wmma", tile=128, micro=8)]
+    ours = half if any(k.node.dtype in HALF_TYPES for k in gemms) else []
     # (a convolution too shallow for the product's tiles, as a depthwise one, gains nothing on tensor cores)
     fp32 = any(k.node.dtype == "float32" for k in gemms) or any(
         k.node.dtype == "float32" and not _shallow(k) for k in convs

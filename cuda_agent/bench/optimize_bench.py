@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -67,6 +68,10 @@ class OptimizeRow(BaseModel):
     speedup_vs_compile: float | None = None
     reward: float | None = None
     variants: int = Field(0, description="Candidates the rollout verified (verify events of its trajectory).")
+    gpu: str | None = Field(
+        None, description="The GPU that timed the returned candidate and its baselines (rows resumed across device "
+        "calls may come from different cards: compare a row's figures with each other, not across cards)."
+    )  # fmt: skip
     wall_s: float
     termination: str | None = None
     detail: str = Field("", description="The rollout's termination detail, or why the job failed.")
@@ -180,6 +185,7 @@ def row_from_job(
             "speedup_vs_compile": verdict.speedup_vs_compile,
             "reward": verdict.reward,
             "confirmed": again.correct if again is not None else None,
+            "gpu": verdict.fingerprint.gpu_name if verdict.fingerprint else None,
         }
     )
 
@@ -308,6 +314,9 @@ def render(figures: OptimizeBenchFigures, console: Console) -> None:
         f"geomean vs compile {_x(s.geomean_vs_compile)}, vs eager {_x(s.geomean_vs_eager)}",
         highlight=False,
     )
+    cards = Counter(r.gpu or "not recorded" for r in figures.rows if r.correct)
+    if set(cards) != {"not recorded"}:  # rows resumed from other device calls: which card timed how many
+        console.print("timed on: " + ", ".join(f"{gpu} ({n})" for gpu, n in cards.most_common()), highlight=False)
     console.print(
         f"gate: each problem needs a verified kernel at least {figures.threshold:g}x faster than "
         f"{figures.against.value}: {s.passed}/{s.problems} pass -> {'ok' if figures.ok else 'FAILED'}",

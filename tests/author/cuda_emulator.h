@@ -8,6 +8,7 @@
 // so code that meant float32 accuracy and multiplied in TF32, or carried a sum through many MMAs, fails here too.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -155,19 +156,27 @@ inline void mma_tf32(float* d, const float* a, const float* b) {
 // group (cp.async.wait_group), so code that reads a stage before waiting for it, or before the barrier after every
 // thread's wait, reads what was there before, as it may on a GPU.
 struct EmuCopy {
-    float* dst;
-    int count;
-    float values[4];
+    void* dst;
+    int bytes;
+    unsigned char values[16];
 };
 inline thread_local std::vector<EmuCopy> emu_open_group;
 inline thread_local std::deque<std::vector<EmuCopy>> emu_committed;
-inline void emu_copy(float* dst, const float* src, bool in, int count) {
-    EmuCopy copy{dst, count, {0.0f, 0.0f, 0.0f, 0.0f}};
-    if (in) std::memcpy(copy.values, src, count * sizeof(float));
+inline void emu_copy(void* dst, const void* src, bool in, int bytes) {
+    EmuCopy copy{dst, bytes, {}};
+    if (in) std::memcpy(copy.values, src, bytes);
     emu_open_group.push_back(copy);
 }
-inline void cp_async1(float* dst, const float* src, bool in) { emu_copy(dst, src, in, 1); }
-inline void cp_async4(float* dst, const float* src, bool in, bool) { emu_copy(dst, src, in, 4); }
+inline void cp_async1(float* dst, const float* src, bool in) { emu_copy(dst, src, in, 4); }
+inline void cp_async4(float* dst, const float* src, bool in, bool) { emu_copy(dst, src, in, 16); }
+// 16-bit values: a source that is not 16-byte aligned is stored by the thread at once, as the CUDA prelude's is.
+inline void cp_async8h(uint16_t* dst, const uint16_t* src, bool in, bool aligned) {
+    if (aligned) {
+        emu_copy(dst, src, in, 16);
+    } else {
+        for (int c = 0; c < 8; ++c) dst[c] = in ? src[c] : (uint16_t)0;
+    }
+}
 inline void cp_async_commit() {
     emu_committed.push_back(std::move(emu_open_group));
     emu_open_group.clear();
@@ -175,11 +184,64 @@ inline void cp_async_commit() {
 template <int pending>
 void cp_async_wait() {
     while (emu_committed.size() > (size_t)pending) {
-        for (const EmuCopy& copy : emu_committed.front())
-            std::memcpy(copy.dst, copy.values, copy.count * sizeof(float));
+        for (const EmuCopy& copy : emu_committed.front()) std::memcpy(copy.dst, copy.values, copy.bytes);
         emu_committed.pop_front();
     }
 }
+
+// ldmatrix .x4 (the CUDA_MMA16_PRELUDE's): lane 8 q + i gives the address of row i of matrix q (8 16-bit values);
+// lane 4 g + t receives, of each matrix, row g's elements 2t and 2t + 1 (low half first), or transposed row 2t's and
+// 2t + 1's element g. The rows are read once every lane has given its address (two slots, as emu_mma's).
+inline std::vector<std::array<const uint16_t*, 32>> emu_rows(2 * 64);
+inline thread_local unsigned emu_ldmatrix_calls = 0;
+inline void emu_ldmatrix(unsigned* r, const uint16_t* p, bool trans) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane / 4, t = lane % 4;
+    std::array<const uint16_t*, 32>& rows = emu_rows[2 * warp + emu_ldmatrix_calls++ % 2];
+    rows[lane] = p;
+    __syncwarp();
+    for (unsigned q = 0; q < 4; ++q) {
+        const uint16_t lo = trans ? rows[8 * q + 2 * t][g] : rows[8 * q + g][2 * t];
+        const uint16_t hi = trans ? rows[8 * q + 2 * t + 1][g] : rows[8 * q + g][2 * t + 1];
+        r[q] = lo | (unsigned)hi << 16;
+    }
+}
+inline void ldmatrix_x4(unsigned* r, const uint16_t* p) { emu_ldmatrix(r, p, false); }
+inline void ldmatrix_x4_trans(unsigned* r, const uint16_t* p) { emu_ldmatrix(r, p, true); }
+
+inline float emu_bf16(uint16_t bits) { return __uint_as_float((unsigned)bits << 16); }
+inline float emu_f16(uint16_t bits) {
+    _Float16 v;
+    std::memcpy(&v, &bits, 2);
+    return (float)v;
+}
+// mma.sync m16n8k16 with 16-bit operands: lane 4 g + t holds A[g][2t..2t+1], A[g + 8][2t..], A[g][2t + 8..],
+// A[g + 8][2t + 8..] (a register each, low half first), B[2t..2t+1][g], B[2t + 8..][g], and D as mma_tf32's. Products
+// exact, the sum rounded toward zero as mma_tf32's.
+struct EmuMma16Operands {
+    unsigned a[32][4];
+    unsigned b[32][2];
+};
+inline std::vector<EmuMma16Operands> emu_mma16(2 * 64);
+inline void emu_mma_16bit(float* d, const unsigned* a, const unsigned* b, float (*value)(uint16_t)) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane / 4, t = lane % 4;
+    EmuMma16Operands& ops = emu_mma16[2 * warp + emu_mma_calls++ % 2];
+    std::memcpy(ops.a[lane], a, sizeof ops.a[lane]);
+    std::memcpy(ops.b[lane], b, sizeof ops.b[lane]);
+    __syncwarp();
+    auto half = [](unsigned word, unsigned k) { return (uint16_t)(word >> (16 * (k % 2))); };
+    for (int e = 0; e < 4; ++e) {
+        const unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        double sum = d[e];
+        for (unsigned k = 0; k < 16; ++k) {
+            const float av = value(half(ops.a[4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)], k));
+            const float bv = value(half(ops.b[4 * col + (k % 8) / 2][k / 8], k));
+            sum += (double)av * bv;
+        }
+        d[e] = emu_toward_zero(sum);
+    }
+}
+inline void mma_bf16(float* d, const unsigned* a, const unsigned* b) { emu_mma_16bit(d, a, b, emu_bf16); }
+inline void mma_f16(float* d, const unsigned* a, const unsigned* b) { emu_mma_16bit(d, a, b, emu_f16); }
 
 template <typename K, typename... A>
 void emu_block_run(K kernel, EmuDim block_index, unsigned block, A... args) {

@@ -14,7 +14,14 @@ from pathlib import Path
 import torch
 
 from cuda_agent.author import Variant, capture_problem, plan_graph
-from cuda_agent.author.emit import CUDA_MMA_PRELUDE, emit_source, variant_plan
+from cuda_agent.author.emit import (
+    CPU_HALF_PRELUDE,
+    CUDA_HALF_PRELUDE,
+    CUDA_MMA16_PRELUDE,
+    CUDA_MMA_PRELUDE,
+    emit_source,
+    variant_plan,
+)
 from cuda_agent.author.plan import Plan
 
 EMULATOR = Path(__file__).with_name("cuda_emulator.h")
@@ -25,12 +32,12 @@ def emulated_cuda(source: str) -> str:
     """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory a
     static buffer, the tensor-core step the emulator's."""
     source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace(CUDA_MMA_PRELUDE, "")
-    source = source.replace(
-        "extern __shared__ __align__(16) unsigned char row_smem[];", "unsigned char* row_smem = emu_dynamic_smem;"
-    ).replace(
-        "extern __shared__ __align__(16) float tile_smem[];",
-        "float* tile_smem = reinterpret_cast<float*>(emu_dynamic_smem);",
-    )
+    source = source.replace(CUDA_MMA16_PRELUDE, "").replace(CUDA_HALF_PRELUDE, CPU_HALF_PRELUDE)
+    for declared, kind in (("unsigned char", "row_smem"), ("float", "tile_smem"), ("uint16_t", "mma16_smem")):
+        source = source.replace(
+            f"extern __shared__ __align__(16) {declared} {kind}[];",
+            f"{declared}* {kind} = reinterpret_cast<{declared}*>(emu_dynamic_smem);",
+        )
     return _LAUNCH.sub(r"emu_launch(\1, \2, \3, \4, \5);", source)
 
 

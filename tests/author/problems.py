@@ -83,6 +83,22 @@ BF16_GEMM_ODD = problem(
     "[torch.randn(100, 50, dtype=torch.bfloat16), torch.randn(50, 70, dtype=torch.bfloat16)]",
     args="a, b",
 )
+# Tensors held as plain attributes (an LSTM's initial state, as public problems write it): moved to the input's
+# device by forward itself, one unread
+TENSOR_ATTRIBUTES = problem(
+    "        self.lstm = nn.LSTM(6, 8, batch_first=True)\n        self.h0 = torch.randn(1, 3, 8)\n"
+    "        self.c0 = torch.randn(1, 3, 8)\n        self.unread = torch.randn(1000)",
+    "        self.h0 = self.h0.to(x.device)\n        self.c0 = self.h0.to(x.device)\n"
+    "        out, _ = self.lstm(x, (self.h0, self.c0))\n        return out[:, -1, :] * 2.0",
+    "[torch.randn(3, 5, 6)]",
+)
+# ... and with 16-byte groups (sizes and strides multiples of 8): on mma.sync, ragged tiles, B read along k
+BF16_GEMM_GROUPS = problem(
+    "        pass",
+    "        return a @ b.t()",
+    "[torch.randn(200, 72, dtype=torch.bfloat16), torch.randn(136, 72, dtype=torch.bfloat16)]",
+    args="a, b",
+)
 BMM_TRANSPOSED = problem(
     "        pass",
     "        return torch.bmm(a, b.transpose(1, 2))",

@@ -202,6 +202,58 @@ def test_our_gemm_kernels_match_the_reference_emulated(name: str, tmp_path: Path
     _match_the_reference(source, tmp_path, ours)
 
 
+# 16-bit products on mma.sync (emit._cuda_gemm_mma16): each operand's tile copied along k or along its edge (the
+# fragments then transposed by ldmatrix), ragged tiles and a K of partial steps, batches, an operand whose origin is
+# not 16-byte aligned (copied by loads and stores), and an epilogue; compared at 16-bit tolerances.
+HALF_GEMMS = {
+    "bf16_rows_by_columns": (
+        "        return a @ b",
+        "[torch.randn(150, 72, dtype=torch.bfloat16), torch.randn(72, 136, dtype=torch.bfloat16)]",
+        "a, b",
+    ),
+    "f16_transposed_operands": (
+        "        return a.t() @ b.t()",
+        "[torch.randn(40, 136, dtype=torch.float16), torch.randn(136, 40, dtype=torch.float16)]",
+        "a, b",
+    ),
+    "bf16_batched_misaligned_relu": (
+        "        return torch.relu(torch.bmm(a, b) * 0.5)",
+        "[torch.randn(1 + 2 * 24 * 40, dtype=torch.bfloat16)[1:].view(2, 24, 40), "
+        "torch.randn(2, 40, 16, dtype=torch.bfloat16)]",
+        "a, b",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HALF_GEMMS))
+def test_our_16_bit_products_on_mma_match_the_reference_emulated(name: str, tmp_path: Path) -> None:
+    forward, inputs, args = HALF_GEMMS[name]
+    source = problems.problem("        pass", forward, inputs, args=args)
+    plan = plan_graph(capture_problem(source))
+    mma = [v for v in variants(plan, "cuda") if v.gemm == "mma"]
+    assert len(mma) == 1
+    for variant in mma:
+        text = emit.emit_source(variant_plan(plan, "cuda", variant), "cuda", variant)
+        assert "ldmatrix_x4(" in text and ("mma_bf16(" in text or "mma_f16(" in text)  # not the WMMA kernel
+        ours, refs = run_emulated_cuda(source, tmp_path, variant)
+        for out, ref in zip(ours, refs, strict=True):
+            torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2, msg=variant.label())
+
+
+def test_16_bit_products_without_16_byte_groups_keep_the_wmma_kernel() -> None:
+    # K = 50: no group of 8 along k of A or down the columns of B ends a row
+    source = problems.problem(
+        "        pass",
+        "        return a @ b",
+        "[torch.randn(64, 50, dtype=torch.bfloat16), torch.randn(50, 64, dtype=torch.bfloat16)]",
+        args="a, b",
+    )
+    plan = plan_graph(capture_problem(source))
+    mma = [v for v in variants(plan, "cuda") if v.gemm == "mma"]
+    text = emit.emit_source(variant_plan(plan, "cuda", mma[0]), "cuda", mma[0])
+    assert "wmma::mma_sync" in text and "ldmatrix" not in text
+
+
 # Our convolutions (the problems have no bias: a convolution alone runs on our kernels), every geometry the
 # gather handles: strides, padding, dilation, groups, transposed with strides, 1-d and 3-d.
 CONVS = {

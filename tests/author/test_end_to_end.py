@@ -22,7 +22,7 @@ from tests.author import problems
 CPU = RolloutConfig(device=Device.CPU, timing_trials=3, warmup=1, correctness_trials=2, measure_baselines=False)
 
 
-# About 20 s each: two in the default suite, the rest in the slow tier (CI runs both).
+# About 20 s each: three in the default suite, the rest in the slow tier (CI runs both).
 @pytest.mark.sandbox
 @pytest.mark.parametrize(
     "source",
@@ -34,6 +34,7 @@ CPU = RolloutConfig(device=Device.CPU, timing_trials=3, warmup=1, correctness_tr
         pytest.param(problems.SUM_SUBTRACT, id="sum_subtract", marks=pytest.mark.slow),
         pytest.param(problems.BF16_LINEAR_SOFTMAX, id="bf16_linear_softmax"),
         pytest.param(problems.FP16_NORM_CAST, id="fp16_norm_cast", marks=pytest.mark.slow),
+        pytest.param(problems.TENSOR_ATTRIBUTES, id="tensor_attributes"),
     ],
 )
 def test_heuristic_returns_a_verified_cpu_candidate(source: str) -> None:
@@ -47,6 +48,19 @@ def test_heuristic_returns_a_verified_cpu_candidate(source: str) -> None:
     verified = sum(e.kind == "verify" for t in traj.turns for e in t.reward_events)
     tried = traj.termination_detail.split("; tried: ")[1].split("; ")
     assert len(tried) == verified and all(t.endswith(" ms") or " = not correct (" in t for t in tried), tried
+
+
+@pytest.mark.sandbox
+def test_a_rollout_ended_by_a_limit_keeps_the_variants_verified_so_far() -> None:
+    """Cancelled (as a wall clock ends it) after the first variant's verification, before the policy could finish:
+    the trajectory's detail still holds that variant's figure."""
+    checks = iter([False, True])
+    traj = run_rollout(KernelEnv(problems.SOFTMAX, config=CPU), create_policy("heuristic"), cancel=lambda: next(checks))
+    assert traj.termination is TerminationReason.CANCELLED and traj.best is not None
+    limit, note = traj.termination_detail.split("; ", 1)
+    assert limit == "cancelled by the caller" and note.startswith("kernel author: best variant ")
+    tried = note.split("; tried: ")[1].split("; ")
+    assert len(tried) == 1 and tried[0].endswith(" ms"), tried
 
 
 def test_unsupported_problem_ends_with_the_op_and_no_candidate() -> None:
@@ -218,6 +232,18 @@ def test_16_bit_floats_compile_with_nvcc(source: str, knob: str) -> None:
 
 
 @pytest.mark.sandbox
+def test_16_bit_products_on_mma_compile_with_nvcc() -> None:
+    """The staged mma.sync kernel (cp.async, ldmatrix, m16n8k16) where a 16-bit product's operands have 16-byte
+    groups: first where it runs alone, then the WMMA kernel."""
+    (label, files), (second, _) = author_problem(problems.BF16_GEMM_GROUPS, "cuda").variants[:2]
+    assert "gemm=mma" in label.split() and "gemm=wmma" in second.split()
+    assert "mma_bf16(" in files["kernels/author.cu"]
+    request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
+    result = LocalBackend().compile(request)
+    assert result.status is CompileStatus.OK, result.log[-3000:]
+
+
+@pytest.mark.sandbox
 @pytest.mark.slow
 def test_composed_problems_compile_with_nvcc() -> None:
     """The CUDA back end on problems written for no one (the dataset composer's chains): the CPU tests check what
@@ -279,6 +305,7 @@ def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> No
         problems.CONV_ONLY,
         problems.CONV_TRANSPOSE,
         problems.CONV_WIDE,
+        problems.TENSOR_ATTRIBUTES,
     ],
     ids=[
         "gelu_residual",
@@ -290,6 +317,7 @@ def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> No
         "conv_only",
         "convt",
         "conv_wide",
+        "tensor_attributes",
     ],
 )
 def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
@@ -309,6 +337,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         problems.LONG_ROWS,
         problems.BF16_LINEAR_SOFTMAX,
         problems.BF16_GEMM_ODD,
+        problems.BF16_GEMM_GROUPS,
         problems.BMM_TRANSPOSED,
         problems.STANDARDIZE_COLUMNS,
         problems.SOFTMAX_CUMSUM,
@@ -330,6 +359,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         "long_rows",
         "bf16_linear_softmax",
         "bf16_gemm",
+        "bf16_gemm_mma",
         "bmm_transposed",
         "standardize_columns",
         "softmax_cumsum",
@@ -349,9 +379,9 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
 def test_every_variant_is_correct_on_cuda(source: str) -> None:
     """Not only the fastest: each variant the search times (block sizes, a row per thread, per warp, per block or 32
     columns per block, scans per thread, per warp, per block or per column tile, the row cached in registers or
-    shared memory, our GEMM kernels: WMMA, pipelined, register-blocked, tiled, 3xTF32 staged (its sums in two
-    levels over a long K); our convolutions: implicit GEMM, direct, with their epilogues; cuDNN's timed choice; rows
-    split across blocks) computes the reference's outputs."""
+    shared memory, our GEMM kernels: mma.sync staged, WMMA, pipelined, register-blocked, tiled, 3xTF32 staged (its
+    sums in two levels over a long K); our convolutions: implicit GEMM, direct, with their epilogues; cuDNN's timed
+    choice; rows split across blocks) computes the reference's outputs."""
     config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
     traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
     verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]

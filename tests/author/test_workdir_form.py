@@ -72,3 +72,9 @@ def test_a_buffer_outside_the_state_dict_is_unsupported_in_the_workdir_form() ->
     authored = author_problem(NON_PERSISTENT, "cuda", form="workdir")
     assert authored.unsupported is not None and "buffer scale" in authored.unsupported
     assert not author_problem(NON_PERSISTENT, "cuda").unsupported
+
+
+def test_a_tensor_attribute_is_unsupported_in_the_workdir_form_only() -> None:
+    authored = author_problem(problems.TENSOR_ATTRIBUTES, "cuda", form="workdir")
+    assert authored.unsupported is not None and "tensor attribute h0" in authored.unsupported
+    assert not author_problem(problems.TENSOR_ATTRIBUTES, "cuda").unsupported

@@ -91,6 +91,12 @@ def test_render_prints_a_row_per_problem_and_the_outcome() -> None:
     assert "1.20x" in text and "0.90x" in text
     assert "gate: each problem needs a verified kernel at least 1.05x faster than compile: 1/2 pass -> FAILED" in text
     assert not figures.ok
+    assert "timed on" not in text  # no row says which card timed it
+    # rows resumed from device calls on different cards: how many each timed
+    figures.rows[0].gpu = "NVIDIA H100 80GB HBM3"
+    console = Console(record=True, width=200)
+    render(figures, console)
+    assert "timed on: NVIDIA H100 80GB HBM3 (1), not recorded (1)" in console.export_text()
 
 
 def test_discover_problems(tmp_path: Path) -> None:

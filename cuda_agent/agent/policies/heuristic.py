@@ -47,9 +47,36 @@ class HeuristicPolicy:
         self._step += 1
         if self._search is None:
             return self._start(step)
-        last = conversation[-1].get("content") or "" if conversation[-1]["role"] == "tool" else ""
-        trial = self._search.record(self._label, last)
+        trial = self._record(conversation)
         return self._next(step, f"{self._label}: {'correct' if trial.correct else 'not correct'}")
+
+    def closing_note(self, conversation: list[dict[str, Any]]) -> str:
+        """The search so far, for a rollout the loop ends before this policy finishes (its wall clock ran out
+        during a variant's verification): every variant's figure, the last one's verdict included."""
+        if self._search is None or not self._label:
+            return ""
+        self._record(conversation)
+        return self._summary()
+
+    def _record(self, conversation: list[dict[str, Any]]) -> Any:
+        """What the verify tool said about the variant last written (the conversation's last message)."""
+        assert self._search is not None
+        last = conversation[-1].get("content") or "" if conversation and conversation[-1]["role"] == "tool" else ""
+        return self._search.record(self._label, last)
+
+    def _summary(self) -> str:
+        assert self._search is not None
+        trials = self._search.trials
+        best = self._search.best()
+        summary = (
+            f"kernel author: best variant {best.label} ({best.median_ms} ms) of {len(trials)} tried"
+            if best
+            else f"kernel author: no variant verified correct ({len(trials)} tried)"
+        )
+        # Every variant's figure, in the order tried: what a benchmark's table keeps of the search (which layouts and
+        # caches pay off where), not only its winner.
+        figures = [f"{t.label} = {f'{t.median_ms} ms' if t.correct else f'not correct ({t.why})'}" for t in trials]
+        return f"{summary}; tried: {'; '.join(figures)}"
 
     def _start(self, step: int) -> AssistantTurn:
         if self._env is None:
@@ -78,19 +105,7 @@ class HeuristicPolicy:
         assert self._search is not None
         following = self._search.next_files()
         if following is None:
-            trials = self._search.trials
-            best = self._search.best()
-            summary = (
-                f"kernel author: best variant {best.label} ({best.median_ms} ms) of {len(trials)} tried"
-                if best
-                else f"kernel author: no variant verified correct ({len(trials)} tried)"
-            )
-            # Every variant's figure, in the order tried: what a benchmark's table keeps of the search (which
-            # layouts and caches pay off where), not only its winner.
-            summary += "; tried: " + "; ".join(
-                f"{t.label} = {f'{t.median_ms} ms' if t.correct else f'not correct ({t.why})'}" for t in trials
-            )
-            return _turn(step, [("finish", {"summary": summary})], note)
+            return _turn(step, [("finish", {"summary": self._summary()})], note)
         self._label, files = following
         calls = [("write_file", {"path": path, "content": text}) for path, text in files.items()]
         return _turn(step, [*calls, ("verify", {})], f"{note}\nNext: {self._label}")
