@@ -301,7 +301,6 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
     saved = set(model.state_dict())
     for node in graph.params:  # a buffer left out of state_dict (non-persistent) cannot come from the reference's
         node.attrs["persistent"] = node.attrs["qualname"] in saved
-        node.attrs["attribute"] = node.attrs["qualname"] in attributes
     return graph
 
 
@@ -373,6 +372,7 @@ def _to_ir(
             node = Node(f"p{i}", "param", OpKind.PARAM, tuple(val.shape), _dtype(val, names[i]))
             node.attrs["qualname"] = names[i]
             node.attrs["buffer"] = i >= n_params
+            node.attrs["attribute"] = names[i] in attributes
             params.append(node)
         else:
             node = Node(f"in{len(inputs)}", "input", OpKind.INPUT, tuple(val.shape), _dtype(val, "input"))

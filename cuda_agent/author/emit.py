@@ -2048,12 +2048,10 @@ def _cuda_gemm_mma16(g: GemmKernel) -> str | None:
     tiles would read all of B each time). None where an operand has no unit stride with 8-element groups (the
     other strides and the size along it multiples of 8): ``_cuda_gemm_wmma`` then."""
     s = _strides(g)
-    # (along k, its stride between rows or columns) per operand: which of its dims is contiguous in a tile row
-    a = _mma16_layout(s["sak"], s["sam"], s["sab"], g.k, g.m)
-    b = _mma16_layout(s["sbk"], s["sbn"], s["sbb"], g.k, g.n)
-    if a is None or b is None:
+    a_along_k = _mma16_layout(s["sak"], s["sam"], s["sab"], g.k, g.m)
+    b_along_k = _mma16_layout(s["sbk"], s["sbn"], s["sbb"], g.k, g.n)
+    if a_along_k is None or b_along_k is None:
         return None
-    a_along_k, b_along_k = a, b
     steps, stages = -(-g.k // 32), MMA16_STAGES
     # A stage's tile of 128 rows (or columns) by 32 k: [edge][40] where k is contiguous, else [32 k][136]; the
     # padding of 16 bytes a row puts ldmatrix's 8 row reads of a matrix in distinct banks either way.
@@ -2672,6 +2670,7 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         parts.insert(1, '#include <cudnn.h>\n#pragma comment(lib, "cudnn")\n')
     if mma16_used:
         parts.insert(1, CUDA_MMA16_PRELUDE)
+    # (the 16-bit kernel's stages wait on cp_async_commit / cp_async_wait, defined with the TF32 step)
     if mma16_used or (tensor_cores and any(isinstance(k, GemmKernel | ConvKernel) for k in plan.kernels)):
         parts.insert(1, CUDA_MMA_PRELUDE)
     source = "".join(parts)

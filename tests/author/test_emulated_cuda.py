@@ -242,13 +242,7 @@ def test_our_16_bit_products_on_mma_match_the_reference_emulated(name: str, tmp_
 
 def test_16_bit_products_without_16_byte_groups_keep_the_wmma_kernel() -> None:
     # K = 50: no group of 8 along k of A or down the columns of B ends a row
-    source = problems.problem(
-        "        pass",
-        "        return a @ b",
-        "[torch.randn(64, 50, dtype=torch.bfloat16), torch.randn(50, 64, dtype=torch.bfloat16)]",
-        args="a, b",
-    )
-    plan = plan_graph(capture_problem(source))
+    plan = plan_graph(capture_problem(problems.BF16_GEMM_ODD))
     mma = [v for v in variants(plan, "cuda") if v.gemm == "mma"]
     text = emit.emit_source(variant_plan(plan, "cuda", mma[0]), "cuda", mma[0])
     assert "wmma::mma_sync" in text and "ldmatrix" not in text

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from cuda_agent.author import Search, author_sandboxed
-from cuda_agent.author.search import DEFAULT_BUDGET_S
+from cuda_agent.author.search import DEFAULT_BUDGET_S, Trial
 from cuda_agent.contracts.agent import AssistantTurn, ToolCall
 from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.eval.tolerance import admits_tf32
@@ -58,7 +58,7 @@ class HeuristicPolicy:
         self._record(conversation)
         return self._summary()
 
-    def _record(self, conversation: list[dict[str, Any]]) -> Any:
+    def _record(self, conversation: list[dict[str, Any]]) -> Trial:
         """What the verify tool said about the variant last written (the conversation's last message)."""
         assert self._search is not None
         last = conversation[-1].get("content") or "" if conversation and conversation[-1]["role"] == "tool" else ""
