@@ -54,8 +54,8 @@ def _events_ms(fn, iters: int) -> float:
 
 def _knobs(problem: str, variant: str) -> set[str]:
     """The knobs (``name=value``) a variant's label must have: ``variant``'s, or the label dev.json's row kept."""
-    if variant != "best":
-        return set(variant.split())
+    if variant != "best":  # knobs apart by spaces or commas (commas survive a shell's word splitting)
+        return set(re.split(r"[\s,]+", variant.strip()))
     rows = json.loads((ROOT / "bench-results" / "dev.json").read_text())["rows"]
     detail = next((r["detail"] for r in rows if r["problem"] == problem), "")
     kept = re.search(r"best variant (?P<label>.+?) \(", detail)

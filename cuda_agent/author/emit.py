@@ -1395,7 +1395,24 @@ def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     s = _strides(g)
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
     a_load, b_load = (loaded(g.node, element) for element in _tile_elements(g))
-    out = _gemm_put(g, "acc[i][j]")
+    # From SPLIT_SUMS_K on, sums in two levels (as ``_pipelined``'s): the held sums take a chunk's every 128 k
+    split = g.k >= SPLIT_SUMS_K
+    out = _gemm_put(g, "acc[i][j] + held[i][j]" if split else "acc[i][j]")
+    chunk = max(1, 128 // w)  # K steps a chunk
+    fold = (
+        f"""
+        if (k0 / {w} % {chunk} == {chunk - 1}) {{  // the sums so far join the held ones
+#pragma unroll
+            for (int i = 0; i < {r}; ++i)
+#pragma unroll
+                for (int j = 0; j < {r}; ++j) {{
+                    held[i][j] += acc[i][j];
+                    acc[i][j] = 0.0f;
+                }}
+        }}"""
+        if split
+        else ""
+    )
     return f"""
 // {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; {t}x{t} tiles of C, {r}x{r} per thread, K steps of {w}.
 __global__ void __launch_bounds__({w * w}) {g.name}_kernel({_gemm_params(g)}) {{
@@ -1407,7 +1424,7 @@ __global__ void __launch_bounds__({w * w}) {g.name}_kernel({_gemm_params(g)}) {{
     const int tx = threadIdx.x % {w}, ty = threadIdx.x / {w};
     const {e}* pa = {a} + batch * {s["sab"]}LL;
     const {e}* pb = {b} + batch * {s["sbb"]}LL;
-    float acc[{r}][{r}] = {{}};
+    float acc[{r}][{r}] = {{}};{f" float held[{r}][{r}] = {{}};" if split else ""}
     for (int64_t k0 = 0; k0 < {g.k}LL; k0 += {w}) {{
         for (int idx = threadIdx.x; idx < {t * w}; idx += {w * w}) {{
             {{
@@ -1432,7 +1449,7 @@ __global__ void __launch_bounds__({w * w}) {g.name}_kernel({_gemm_params(g)}) {{
 #pragma unroll
                 for (int j = 0; j < {r}; ++j) acc[i][j] += av[i] * bv[j];
         }}
-        __syncthreads();
+        __syncthreads();{fold}
     }}
 #pragma unroll
     for (int i = 0; i < {r}; ++i)
@@ -1509,13 +1526,16 @@ class TileOperand(NamedTuple):
     whose address starts them (16-byte aligned wherever ``origin``, the batch's first element, is). ``copy``, of a
     float32 operand: (statements locating the element, the condition it exists under or "", its expression), for
     copying it as it is, 4 bytes, where it has no 16-byte groups (``origin`` then any valid address: the copy of
-    an element that is not there reads nothing)."""
+    an element that is not there reads nothing). ``step``: statements the staged product runs once a K step before
+    a thread's copies of it (they may read ``k_next``): what all those copies share, found once (an implicit
+    convolution's tap, ``_implicit_product``)."""
 
     statements: list[str]
     along_k: bool
     vector: str | None = None
     origin: str = ""
     copy: tuple[list[str], str, str] | None = None
+    step: tuple[str, ...] = ()
 
 
 def _alignment_flags(a: TileOperand, b: TileOperand) -> list[str]:
@@ -1576,7 +1596,10 @@ def _pipelined(
             lambda h, c: f"make_float2(bs[cur][{h} * 8 + t][{c}], bs[cur][{h} * 8 + t + 4][{c}])",
         )
     else:
-        accumulators = "float acc[8][8] = {};"
+        # From SPLIT_SUMS_K on, sums in two levels as the staged product's: one float sum over a K of 4096 drifted
+        # past the 1e-4 tolerance on small outputs (4.7e-4 on an H100, where cuBLAS's sums stayed within it)
+        split = k >= SPLIT_SUMS_K
+        accumulators = "float acc[8][8] = {};" + (" float held[8][8] = {};" if split else "")
         steps = """#pragma unroll
         for (int kk = 0; kk < 16; ++kk) {
             const float4 a0 = *reinterpret_cast<const float4*>(&as[cur][kk][ty * 4]);
@@ -1590,12 +1613,23 @@ def _pipelined(
 #pragma unroll
                 for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
         }"""
+        if split:
+            steps += f"""
+        if (k0 / 16 % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {{
+                    held[i][j] += acc[i][j];
+                    acc[i][j] = 0.0f;
+                }}
+        }}"""
         epilogue = f"""#pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) {{
             const int64_t row = row0 + (i / 4) * 64 + ty * 4 + i % 4, col = col0 + (j / 4) * 64 + tx * 4 + j % 4;
-            if (row < {m}LL && col < {n}LL) {{ {store("acc[i][j]")} }}
+            if (row < {m}LL && col < {n}LL) {{ {store("acc[i][j] + held[i][j]" if split else "acc[i][j]")} }}
         }}"""
     return f"""// {what}; 128x128 tiles of C, K steps of 16, the next step loaded while this one is computed.
 __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
@@ -1721,16 +1755,20 @@ def _staged_tf32x3(
                 else (f"(q / {edge_tile}) * {pitch} + q % {edge_tile}", (f"q % {edge_tile}", f"q / {edge_tile}"))
             )
             located, exists, element = operand.copy
-            # 4 at a time: unrolled whole, a gather's 16 address computations spill (a transposed convolution's)
-            copies, unroll = edge_tile * STAGE_K // 256, " 4"
+            # 4 at a time: unrolled whole, a gather's 16 address computations spill (a transposed convolution's);
+            # whole where the step's shared statements leave each copy an address
+            copies, unroll = edge_tile * STAGE_K // 256, "" if operand.step else " 4"
             copied = f"cp_async1(&{x}s[stage * {size} + {place}], in ? &{element} : {operand.origin}, in);"
         body = "".join(f"\n            {line}" for line in located)
-        copy = f"""#pragma unroll{unroll}
+        shared = "".join(f"\n        {line}" for line in operand.step)
+        copy = f"""{{{shared}
+#pragma unroll{unroll}
         for (int l = 0; l < {copies}; ++l) {{
             const int q = threadIdx.x + l * 256;
             const int64_t {edge} = {edge}0 + {coords[0]}, k = k_next + {coords[1]};{body}
             const bool in = {" && ".join([*within, *([exists] if exists else [])]) or "true"};
             {copied}
+        }}
         }}"""
         return size, pair, copy
 
@@ -2366,11 +2404,15 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     transposed, between the strided inputs. Nothing is materialized: each operand element is gathered as loaded.
     A thread's input loads all fall in one column (``_pipelined``): its image and output position are found once.
     A transposed convolution with strides runs as one product per phase (``_phases``), each over the taps that
-    meet an input: the full product's others (3 in 4 at stride 2 in 2-d) would only multiply zeros."""
+    meet an input: the full product's others (3 in 4 at stride 2 in 2-d) would only multiply zeros. Where the
+    weights are copied tap-major (``TAPS_BUFFER``), each phase's are copied before its product."""
     phases = _phases(k)
     if phases is None:
-        return _implicit_product(k, tensor_cores, k.name, None)
-    parts = [_implicit_product(k, tensor_cores, f"{k.name}_p{i}", phase) for i, phase in enumerate(phases)]
+        return _implicit_product(k, tensor_cores, k.name, None, 0)
+    parts, offset = [], 0
+    for i, phase in enumerate(phases):
+        parts.append(_implicit_product(k, tensor_cores, f"{k.name}_p{i}", phase, offset))
+        offset += math.prod(k.w_shape[:2]) * math.prod(_phase_taps(k, phase)[1])
     args = ", ".join([*k.reads, *k.writes, "stream"])
     calls = "".join(f"\n    {k.name}_p{i}({args});" for i in range(len(phases)))
     return (
@@ -2399,23 +2441,53 @@ def _phases(k: ConvKernel) -> list[tuple[int, ...]] | None:
     return phases
 
 
-def _implicit_product(k: ConvKernel, tensor_cores: bool, name: str, phase: tuple[int, ...] | None) -> str:
+def _phase_taps(k: ConvKernel, phase: tuple[int, ...] | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the first tap r, the taps' count) along each dim of ``phase``'s taps t = r + s m (every tap: no phase)."""
+    ws = k.w_shape
+    if phase is None:
+        return (0,) * (len(ws) - 2), ws[2:]
+    a = k.node.attrs
+    residues = tuple((f + pad) % s for f, pad, s in zip(phase, a["pad"], a["stride"], strict=True))
+    return residues, tuple(-(-(n - r) // s) for n, r, s in zip(ws[2:], residues, a["stride"], strict=True))
+
+
+# Where a convolution's input channels a group come in whole K steps of the staged 3xTF32 product, its K runs
+# tap-major (k = tap x channels + channel) instead of channel-major: a step's 32 k are then one tap's channels, so
+# a thread finds the tap's input position and whether it is in the padding once a step, not for each of its 16
+# copies (the gather's integer work had outweighed the step's products: 2-d convolutions ran at half the rate of
+# 1-d ones). The weights, channel-major as the module holds them, are copied tap-major into this buffer first
+# (``variant_plan``; a few microseconds: weights are small next to the maps).
+def taps_buffer(k: ConvKernel) -> str:
+    return f"b{k.name}_taps"
+
+
+def tap_major(k: ConvKernel) -> bool:
+    """Whether ``k``'s staged 3xTF32 product runs its K tap-major (``taps_buffer``)."""
+    cin_g = k.x_shape[1] // k.node.attrs["groups"]
+    fp32 = all(n.dtype == "float32" for n in (k.node, k.reads[k.x], k.reads[k.w]))
+    return fp32 and cin_g % STAGE_K == 0 and math.prod(k.w_shape[2:]) > 1
+
+
+def _implicit_product(
+    k: ConvKernel, tensor_cores: bool, name: str, phase: tuple[int, ...] | None, taps_offset: int
+) -> str:
     """``_cuda_conv_implicit``'s product named ``name``: over every output position and tap, or over one phase's
-    (``_phases``: the first output position along each dim)."""
+    (``_phases``: the first output position along each dim); tap-major where the variant copies the weights so
+    (``taps_buffer``, from ``taps_offset`` on for this phase)."""
     a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
     spatial, groups = len(out) - 2, a["groups"]
     cin_g, cout_g = xs[1] // groups, out[1] // groups
     taps, plane = math.prod(ws[2:]), math.prod(xs[2:])
     xnode, wnode = k.reads[k.x], k.reads[k.w]
+    residues, tap_counts = _phase_taps(k, phase)
     if phase is None:  # every position o = p, every tap t = m
-        firsts, steps, residues, counts, tap_counts = (0,) * spatial, (1,) * spatial, (0,) * spatial, out[2:], ws[2:]
+        firsts, steps, counts = (0,) * spatial, (1,) * spatial, out[2:]
     else:
         firsts, steps = phase, tuple(a["stride"])
-        residues = tuple((f + pad) % s for f, pad, s in zip(phase, a["pad"], steps, strict=True))
         counts = tuple(-(-(n - f) // s) for n, f, s in zip(out[2:], phase, steps, strict=True))
-        tap_counts = tuple(-(-(n - r) // s) for n, r, s in zip(ws[2:], residues, steps, strict=True))
     positions, phase_taps = math.prod(counts), math.prod(tap_counts)
     depth = cin_g * phase_taps
+    by_tap = tensor_cores and taps_buffer(k) in k.writes
     setup = [
         "const int64_t my_col = col0 + threadIdx.x % 128;",
         f"const int64_t pos = my_col % {positions}LL;",
@@ -2423,42 +2495,80 @@ def _implicit_product(k: ConvKernel, tensor_cores: bool, name: str, phase: tuple
         f"const {xnode.storage}* x_group = {k.x} + (my_col / {positions}LL) * {xs[1] * plane}LL"
         f" + batch * {cin_g * plane}LL;",
     ]
-    # k = input channel and tap: the tap's digits m (t = r + s m) within a group fit 32 bits
-    taps_of = ["const int kq = (int)k;", f"const int c = kq / {phase_taps}, tap = kq % {phase_taps};"]
-    taps_of += _digits([f"t{j}" for j in range(spatial)], tuple(tap_counts), "tap", "int")
+
+    def taps_of(order: str) -> list[str]:
+        """k = input channel and tap (``order``: which is the major one): the tap's digits m (t = r + s m) within a
+        group fit 32 bits."""
+        split = (
+            f"const int c = kq / {phase_taps}, tap = kq % {phase_taps};"
+            if order == "channel"
+            else f"const int c = kq % {cin_g}, tap = kq / {cin_g};"
+        )
+        return ["const int kq = (int)k;", split, *_digits([f"t{j}" for j in range(spatial)], tap_counts, "tap", "int")]
+
     # B: the input at (k, col = image and position p of the product: o = f + s p)
-    gather, valid = list(taps_of), []
+    tap_at, valid = [], []
     for j in range(spatial):
         stride, pad, dilation, size = a["stride"][j], a["pad"][j], a["dilation"][j], xs[2 + j]
         if phase is not None:  # o + pad - t = s (p - m) + (f + pad - r), the last a multiple of s
-            gather.append(f"const int x{j} = o{j} - t{j} + {(firsts[j] + pad - residues[j]) // stride};")
+            tap_at.append(f"const int x{j} = o{j} - t{j} + {(firsts[j] + pad - residues[j]) // stride};")
         elif not a["transposed"]:
-            gather.append(f"const int x{j} = o{j} * {stride} - {pad} + t{j} * {dilation};")
+            tap_at.append(f"const int x{j} = o{j} * {stride} - {pad} + t{j} * {dilation};")
         else:
-            gather.append(f"const int u{j} = o{j} + {pad} - t{j} * {dilation};")
-            gather.append(f"const int x{j} = u{j} / {stride};")
+            tap_at.append(f"const int u{j} = o{j} + {pad} - t{j} * {dilation};")
+            tap_at.append(f"const int x{j} = u{j} / {stride};")
             valid.append(f"u{j} >= 0" + (f" && u{j} % {stride} == 0" if stride != 1 else ""))
         valid.append(f"x{j} >= 0 && x{j} < {size}")
-    x_at = linear_index(xs[1:], ("c", *(f"x{j}" for j in range(spatial))))
-    if math.prod(xs[1:]) < 2**31:  # an image's offsets in 32-bit arithmetic (64-bit takes 2-3 instructions an op)
-        x_at = re.sub(r"(\d+)LL", r"\1", x_at)
-    element, exists = f"x_group[{x_at}]", " && ".join(valid)
-    located, gather = gather, [*gather, f"if ({exists}) vb = {loaded(xnode, element)};"]
-    # A: the weights at (row = output channel in the group, k)
+    narrow = math.prod(xs[1:]) < 2**31  # an image's offsets in 32-bit arithmetic (64-bit takes 2-3 instructions)
+
+    def image_at(channel: str) -> str:
+        at = linear_index(xs[1:], (channel, *(f"x{j}" for j in range(spatial))))
+        return re.sub(r"(\d+)LL", r"\1", at) if narrow else at
+
+    exists = " && ".join(valid)
+    located = [*taps_of("tap" if by_tap else "channel"), *tap_at]
+    element = f"x_group[{image_at('c')}]"
+    gather = [*located, f"if ({exists}) vb = {loaded(xnode, element)};"]
+    step: tuple[str, ...] = ()
+    b_copy: tuple[list[str], str, str] = (located, exists, element)
+    if by_tap:  # a step's k are one tap's channels: its position and validity found once a step
+        offset_t = "int" if narrow else "int64_t"
+        step = (
+            f"const int tap = (int)(k_next / {cin_g}LL), c_first = (int)(k_next % {cin_g}LL);",
+            *_digits([f"t{j}" for j in range(spatial)], tap_counts, "tap", "int"),
+            *tap_at,
+            f"const bool tap_in = {exists};",
+            f"const {offset_t} x_step = {image_at('c_first')};",
+        )
+        b_copy = ([], "tap_in", f"x_group[x_step + ({offset_t})(k - k_next) * {plane}]")
+    # A: the weights at (row = output channel in the group, k), channel-major as the module holds them
     w_located: list[str] = []
     if phase is not None:  # [in, out / groups, *taps] at the phase's taps
-        w_located = taps_of
+        w_located = taps_of("channel")
         at = tuple(f"({r} + {s} * t{j})" for j, (r, s) in enumerate(zip(residues, steps, strict=True)))
-        tap_at = linear_index(ws[2:], at)
-        w_at = f"((batch * {cin_g}LL + c) * {cout_g}LL + row) * {taps}LL + {tap_at}"
+        w_at = f"((batch * {cin_g}LL + c) * {cout_g}LL + row) * {taps}LL + {linear_index(ws[2:], at)}"
     elif a["transposed"]:  # [in, out / groups, *taps]
         w_at = f"((batch * {cin_g}LL + k / {taps}LL) * {cout_g}LL + row) * {taps}LL + k % {taps}LL"
     else:  # [out, in / groups, *taps]: a row of the weights is contiguous
         w_at = f"(batch * {cout_g}LL + row) * {depth}LL + k"
-    weights = [*w_located, f"va = {loaded(wnode, f'{k.w}[{w_at}]')};"]
     fp32 = k.node.dtype == "float32"  # copied as they are by the staged 3xTF32 product (``TileOperand.copy``)
-    # A row of float32 weights, a multiple of 4 long, loads 16 bytes at a time (``TileOperand``)
-    vector = f"{k.w}[{w_at}]" if not a["transposed"] and wnode.dtype == "float32" and depth % 4 == 0 else None
+    prologue = ""
+    if by_tap:  # the tap-major copy: a row contiguous, its groups of 4 copied 16 bytes at a time
+        w_origin = f"({taps_buffer(k)} + {taps_offset}LL)"
+        w_element = f"{taps_buffer(k)}[{taps_offset}LL + (batch * {cout_g}LL + row) * {depth}LL + k]"
+        a_operand = TileOperand([f"va = {w_element};"], True, w_element, w_origin, ([], "", w_element))
+        prologue = _taps_copy(k, name, (groups, cout_g, cin_g, phase_taps), w_located, w_at)
+    else:
+        # A row of float32 weights, a multiple of 4 long, loads 16 bytes at a time (``TileOperand``)
+        w_element = f"{k.w}[{w_at}]"
+        vector = w_element if not a["transposed"] and wnode.dtype == "float32" and depth % 4 == 0 else None
+        a_operand = TileOperand(
+            [*w_located, f"va = {loaded(wnode, w_element)};"],
+            True,
+            vector,
+            k.w,
+            (w_located, "", w_element) if fp32 else None,
+        )
     # The output's coordinates (an epilogue's too): image, channel, and each position f + s p, p the digits of the
     # column's position
     digits = [f"col % {math.prod(counts[j:])}LL / {math.prod(counts[j + 1 :])}LL" for j in range(spatial)]
@@ -2469,17 +2579,51 @@ def _implicit_product(k: ConvKernel, tensor_cores: bool, name: str, phase: tuple
         if phase is None
         else linear_index(out, tuple(f"({c})" for c in y_coords))
     )
-    return _pipelined(
-        name,
+    product = _pipelined(
+        f"{name}_product" if prologue else name,
         k.describe() + ("" if phase is None else f"; the phase of outputs from {list(phase)}"),
         (_conv_params(k), ", ".join(_kernel_buffers(k, [])), _launcher_params(k, "cuda")),
         (cout_g, out[0] * positions, depth, groups),
         setup,
-        TileOperand(weights, True, vector, k.w, (w_located, "", f"{k.w}[{w_at}]") if fp32 else None),
-        TileOperand(gather, False, None, k.x, (located, exists, element) if fp32 else None),
+        a_operand,
+        TileOperand(gather, False, None, k.x, b_copy if fp32 else None, step),
         lambda value: _put(k, y_at, tuple(y_coords), value),
         tensor_cores,
     )
+    if not prologue:
+        return product
+    args = ", ".join([*k.reads, *k.writes, "stream"])
+    return f"""{prologue}{product}
+extern "C" void {name}({_launcher_params(k, "cuda")}) {{
+    {name}_taps({k.w}, {taps_buffer(k)} + {taps_offset}LL, stream);
+    {name}_product({args});
+}}
+"""
+
+
+def _taps_copy(k: ConvKernel, name: str, sizes: tuple[int, int, int, int], w_located: list[str], w_at: str) -> str:
+    """The kernel copying a product's weights (``sizes``: groups, rows, input channels and taps of a group)
+    tap-major to ``to`` (in ``taps_buffer``): element (group, row, tap x channels + channel) is the weight the
+    channel-major product reads at k = channel x taps + tap (``w_located``, ``w_at``)."""
+    groups, rows, channels, taps = sizes
+    total = groups * rows * channels * taps
+    return f"""
+// {name}'s weights tap-major: a group's row of channel-major k = c x {taps} + tap at tap x {channels} + c
+__global__ void __launch_bounds__(256) {name}_taps_kernel(const float* __restrict__ {k.w}, float* __restrict__ to) {{
+    for (int64_t d = (int64_t)blockIdx.x * 256 + threadIdx.x; d < {total}LL; d += (int64_t)gridDim.x * 256) {{
+        const int64_t batch = d / {rows * channels * taps}LL, row = d / {channels * taps}LL % {rows}LL;
+        const int64_t kk = d % {channels * taps}LL, k = kk % {channels}LL * {taps}LL + kk / {channels}LL;
+{_indent(w_located, 8)}
+        to[d] = {k.w}[{w_at}];
+    }}
+}}
+
+static void {name}_taps(const float* {k.w}, float* to, cudaStream_t stream) {{
+    long long grid = ({total}LL + 255) / 256;
+    if (grid > 65535LL * 8) grid = 65535LL * 8;  // the loop strides over the rest
+    {name}_taps_kernel<<<(unsigned)grid, 256, 0, stream>>>({k.w}, to);
+}}
+"""
 
 
 CUDNN_WORKSPACE_LIMIT = 1 << 30
@@ -2629,6 +2773,10 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
                 buffers[name] = Node(name, "partials", OpKind.REDUCTION, (k.outer, split), nodes[var].dtype)
             writes = {**k.writes, **{b: buffers[b] for b in partials.values()}}
             k = replace(k, split=split, partials=partials, writes=writes)
+        if isinstance(k, ConvKernel) and variant.conv == "implicit" and variant.gemm == "tf32x3" and tap_major(k):
+            name = taps_buffer(k)
+            buffers[name] = Node(name, "taps", OpKind.CONVOLUTION, (k.reads[k.w].numel,), "float32")
+            k = replace(k, writes={**k.writes, name: buffers[name]})
         kernels.append(k)
     return replace(plan, kernels=kernels, buffers=buffers)
 

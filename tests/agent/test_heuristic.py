@@ -101,3 +101,28 @@ def test_an_incorrect_variant_is_recorded_with_the_verifiers_reasons() -> None:
     assert not trial.correct and trial.median_ms is None
     assert "max abs error 0.00025 exceeds atol=0.0001" in trial.why and "(2/3 trials)" in trial.why
     assert ";" not in trial.why  # the policy's summary separates variants by semicolons
+
+
+@pytest.mark.parametrize(("passed", "goes_on"), [(2, True), (0, False)])
+def test_the_search_goes_on_after_a_variant_that_misses_the_tolerance_on_some_trials(
+    passed: int, goes_on: bool
+) -> None:
+    """A variant right on some trials missed the tolerance by its rounding (a plain float sum over a long K),
+    which the next variant's arithmetic may not; one wrong on every trial is a wrong plan, as the rest would be."""
+    from cuda_agent.agent.tools.kernel import format_eval
+    from cuda_agent.author.search import Authored, Search
+    from cuda_agent.contracts.eval import EvalResult, EvalStatus
+
+    result = EvalResult(
+        status=EvalStatus.INCORRECT,
+        correct=False,
+        reward=-1.0,
+        max_abs_error=4.7e-4,
+        trials_passed=passed,
+        trials_run=6,
+        message="output 0: max abs error 0.00047 exceeds atol=0.0001 rtol=0.0001",
+    )
+    search = Search(Authored(plan="k0", variants=[("gemm=pipelined", {}), ("gemm=tf32x3", {"b": "x"})]))
+    assert search.next_files() == ("gemm=pipelined", {})
+    assert search.record("gemm=pipelined", format_eval(result)).close is goes_on
+    assert search.next_files() == (("gemm=tf32x3", {"b": "x"}) if goes_on else None)

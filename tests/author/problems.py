@@ -152,6 +152,13 @@ OWN_CONV = problem(
     "        return self.c(x)",
     "[torch.randn(4, 8, 33, 30)]",
 )
+# Input channels a group in whole K steps of the 3xTF32 product (emit.tap_major): its K tap-major, a bias and relu
+# as its epilogue, ragged tiles of 48 channels and 2 x 23 x 21 positions.
+TAP_MAJOR_CONV = problem(
+    "        self.c = nn.Conv2d(64, 96, 3, padding=1, groups=2)",
+    "        return torch.relu(self.c(x))",
+    "[torch.randn(2, 64, 23, 21)]",
+)
 # Integer arithmetic on the device: a roll's wrapped indices, remainder and fmod of integers of either sign.
 INTEGER_ARITHMETIC = problem(
     "        pass",

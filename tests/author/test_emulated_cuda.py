@@ -281,6 +281,24 @@ CONVS = {
     # rows of 27 weights: loaded one at a time (rows of a multiple of 4 go 16 bytes a load)
     "conv2d_odd_depth": ("        self.c = nn.Conv2d(3, 8, 3, bias=False)", "[torch.randn(2, 3, 7, 6)]"),
     "conv3d": ("        self.c = nn.Conv3d(3, 16, 2, bias=False)", "[torch.randn(2, 3, 4, 5, 3)]"),
+    # input channels a group in whole K steps: K runs tap-major on 3xTF32 (the weights copied so first, a step's
+    # tap and padding found once, emit.tap_major), through strides, dilation, groups, phases, and a 1-d transpose
+    "tap_major_strided_dilated": (
+        "        self.c = nn.Conv2d(32, 20, 3, stride=2, padding=2, dilation=2, bias=False)",
+        "[torch.randn(2, 32, 9, 7)]",
+    ),
+    "tap_major_grouped": (
+        "        self.c = nn.Conv2d(64, 40, (3, 2), padding=1, groups=2, bias=False)",
+        "[torch.randn(1, 64, 6, 5)]",
+    ),
+    "tap_major_transposed_phases": (
+        "        self.c = nn.ConvTranspose2d(32, 12, 4, stride=2, padding=1, bias=False)",
+        "[torch.randn(1, 32, 4, 5)]",
+    ),
+    "tap_major_transposed_1d": (
+        "        self.c = nn.ConvTranspose1d(32, 8, 3, dilation=2, bias=False)",
+        "[torch.randn(2, 32, 10)]",
+    ),
 }
 
 

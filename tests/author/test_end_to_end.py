@@ -352,6 +352,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         problems.LONG_K,
         problems.CONV_TRANSPOSE_PHASES,
         problems.BATCHNORM_TRAINING,
+        problems.TAP_MAJOR_CONV,
     ],
     ids=[
         "rmsnorm",
@@ -374,6 +375,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         "long_k",
         "conv_transpose_phases",
         "batchnorm_training_split_rows",
+        "tap_major_conv_relu",
     ],
 )
 def test_every_variant_is_correct_on_cuda(source: str) -> None:
