@@ -17,9 +17,9 @@ from cuda_agent.contracts.eval import ProfileRequest, TimingStats
 from cuda_agent.eval import compare, memory
 from cuda_agent.eval.baselines import BaselineCache, BaselineEntry, baseline_key
 from cuda_agent.eval.child.channel import MAX_MESSAGE, Channel, ChannelClosed, ChannelError
-from cuda_agent.eval.child.protocol import ChildTimings, OutputMeta
+from cuda_agent.eval.child.protocol import ChildTimings, Compared, OutputMeta
 from cuda_agent.eval.child.shared import SharedBuffer, SharedBufferError
-from cuda_agent.eval.evaluate import Trials
+from cuda_agent.eval.evaluate import SPOT_NEAR_MISS, Trials
 from cuda_agent.eval.profile import checklist, parse_ncu_csv, profile_candidate, report_text
 from cuda_agent.eval.reward import continuous_speedup, reward_for
 from cuda_agent.eval.static_scan import scan_candidate, scan_python
@@ -311,3 +311,30 @@ def test_profile_without_ncu_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch)
     source = CandidateSource(form=CandidateForm.KERNELBENCH, files={"model_new.py": TRANSPOSE_NEW})
     result = profile_candidate(ProfileRequest(problem_source=RELU_ADD, candidate=source))
     assert not result.ok and "ncu" in result.message
+
+
+def test_a_timed_call_missing_the_tolerance_by_rounding_is_incorrect_and_a_replay_a_hack() -> None:
+    """A failed spot check within SPOT_NEAR_MISS of the trials' worst error is the candidate's rounding on other
+    inputs; one where the trials were exact (a replay computes them), or of another shape, is a hack."""
+    def compared(error: float) -> Compared:
+        return Compared(
+            passed=False, failures=[f"output 0: max abs error {error}"], max_abs_error=error, fingerprint=[]
+        )
+
+    rounding = Trials()
+    rounding.max_abs_error = 1e-4
+    rounding.record_spot(3, compared(4.7e-4))
+    rounding.record_spot(5, Compared(passed=True, failures=[], max_abs_error=2e-5, fingerprint=[]))
+    assert rounding.spot_near_miss() and rounding.spot_failures == ["timed call 3: output 0: max abs error 0.00047"]
+    rounding.record_spot(6, compared(SPOT_NEAR_MISS * 1e-4 * 1.5))
+    assert not rounding.spot_near_miss()
+    replay = Trials()
+    replay.max_abs_error = 0.0
+    replay.record_spot(2, compared(1e-3))
+    assert not replay.spot_near_miss()
+    reshaped = Trials()
+    reshaped.max_abs_error = 1e-4
+    reshaped.record_spot(2, None)
+    assert not reshaped.spot_near_miss() and reshaped.spot_failures == [
+        "timed call 2: outputs of another shape or dtype"
+    ]
