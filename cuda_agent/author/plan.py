@@ -341,7 +341,7 @@ class Plan:
             else:
                 lines.append(f"{k.name}: {k.node.op} [{k.batch}x]{k.m}x{k.n}x{k.k} -> {k.out}")
             if k.epilogue is not None:
-                lines[-1] += f"; epilogue {k.epilogue.name} writes {', '.join(k.writes)}"
+                lines[-1] += f"; epilogue {k.epilogue.name} writes {', '.join(k.epilogue.writes)}"
         return "\n".join(lines)
 
 

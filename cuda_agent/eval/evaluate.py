@@ -790,8 +790,13 @@ class Evaluation:
                     + "; ".join(trials.spot_failures[:2]),
                 )
             )
-            raise Abort(
-                self.result(EvalStatus.HACK_DETECTED, "reward hacking detected: timed_output_mismatch", **common)
+            raise Abort(  # the correctness trials all passed: their count says so
+                self.result(
+                    EvalStatus.HACK_DETECTED,
+                    "reward hacking detected: timed_output_mismatch",
+                    trials_passed=trials.passed,
+                    **common,
+                )
             )
         self.mark("verdict")
         return self.score(report, entry, trials, common)

@@ -316,6 +316,7 @@ def test_profile_without_ncu_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch)
 def test_a_timed_call_missing_the_tolerance_by_rounding_is_incorrect_and_a_replay_a_hack() -> None:
     """A failed spot check within SPOT_NEAR_MISS of the trials' worst error is the candidate's rounding on other
     inputs; one where the trials were exact (a replay computes them), or of another shape, is a hack."""
+
     def compared(error: float) -> Compared:
         return Compared(
             passed=False, failures=[f"output 0: max abs error {error}"], max_abs_error=error, fingerprint=[]
