@@ -8,6 +8,7 @@ PKGS=(pydantic pydantic-core pydantic-settings python-dotenv typing-inspection a
       sqlalchemy alembic mako greenlet psycopg psycopg-binary
       celery kombu billiard vine amqp click-didyoumean click-repl click-plugins prompt-toolkit wcwidth tzlocal
       redis fastapi starlette uvicorn annotated-doc openai httpx2 httpcore2 truststore opentelemetry-api distro jiter sniffio
+      einops
       transformers huggingface-hub tokenizers safetensors regex hf-xet fsspec pyyaml tqdm)  # the `train` extra
 mkdir -p .whl
 specs=()

@@ -166,3 +166,10 @@ INTEGER_ARITHMETIC = problem(
     "[torch.randn(6, 40), torch.randint(-50, 50, (6, 40))]",
     args="x, i",
 )
+# einops' rearrange (the public suite's state-space models import it): its reshapes and permutes are traced as views.
+EINOPS_HEADS = problem(
+    "        pass",
+    '        q = rearrange(x, "b n (h d) -> b h n d", h=4)\n'
+    '        return rearrange(torch.softmax(q * 0.5, dim=-1), "b h n d -> b n (h d)")',
+    "[torch.randn(3, 40, 64)]",
+).replace(HEADER, HEADER.rstrip("\n") + "\nfrom einops import rearrange\n\n\n", 1)

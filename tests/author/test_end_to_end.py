@@ -35,6 +35,7 @@ CPU = RolloutConfig(device=Device.CPU, timing_trials=3, warmup=1, correctness_tr
         pytest.param(problems.BF16_LINEAR_SOFTMAX, id="bf16_linear_softmax"),
         pytest.param(problems.FP16_NORM_CAST, id="fp16_norm_cast", marks=pytest.mark.slow),
         pytest.param(problems.TENSOR_ATTRIBUTES, id="tensor_attributes"),
+        pytest.param(problems.EINOPS_HEADS, id="einops_heads", marks=pytest.mark.slow),
     ],
 )
 def test_heuristic_returns_a_verified_cpu_candidate(source: str) -> None:
