@@ -139,6 +139,16 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 
     return aten.add(product, bias if beta == 1 else aten.mul(bias, beta))
 
 
+def _pdist(x: torch.Tensor, p: float = 2.0) -> torch.Tensor:
+    """The distances of the n rows' pairs i < j, row-major: pair k's rows come from k by the inverse of the
+    triangular numbers (in float64, exact for any n whose pairs fit a tensor), then the norm of their difference."""
+    n = x.shape[0]
+    k = torch.arange(n * (n - 1) // 2, dtype=torch.float64, device=x.device)
+    i = n - 2 - torch.floor(torch.sqrt(-8 * k + 4 * n * (n - 1) - 7) / 2 - 0.5)
+    j = k + i + 1 - n * (n - 1) // 2 + (n - i) * (n - i - 1) / 2
+    return torch.linalg.vector_norm(x[i.long()] - x[j.long()], ord=p, dim=-1)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(
@@ -178,6 +188,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table[aten.split_with_sizes.default] = _split_with_sizes
     table[aten.split.Tensor] = _split
     table[aten.unbind.int] = _unbind
+    table[aten._pdist_forward.default] = _pdist
     return table
 
 

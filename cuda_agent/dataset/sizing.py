@@ -89,7 +89,12 @@ def fitted_batch(
     target = math.exp(rng.uniform(math.log(low), math.log(high)))
     batch = shape[0]
     at_one = chain_cost(make, shape).ms(model)
-    at_two = chain_cost(make, (2 * batch, *shape[1:])).ms(model)
+    try:
+        at_two = chain_cost(make, (2 * batch, *shape[1:])).ms(model)
+    except (RuntimeError, ValueError):
+        # Dimension 0 is no batch to a later operator (pdist's pairs of rows, then a norm over that many): the
+        # chain runs only as drawn.
+        return batch
     slope = (at_two - at_one) / batch
     if slope <= 0:
         return batch  # nothing here grows with the batch

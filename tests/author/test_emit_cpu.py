@@ -335,6 +335,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(6, 40), torch.randint(-50, 50, (6, 40))]",
         "x, i",
     ),
+    # the distances of rows' pairs: the pairs from an iota, the rows gathered by them, norms of every order
+    "pdist": (
+        "pass",
+        "return torch.tanh(F.pdist(x)), F.pdist(x, p=1.0), F.pdist(x, p=float('inf')), F.pdist(x[:4], p=3.0)",
+        "[torch.randn(37, 24)]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",

@@ -6,8 +6,10 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
+from cuda_agent.author.capture import _pdist
 from cuda_agent.author.emit import Variant, emit_source, variant_plan
 from cuda_agent.author.plan import ConvKernel, GemmKernel, RowKernel, fuse_epilogues, linear_index, reshape_coords
 from tests.author import problems
@@ -384,3 +386,10 @@ def test_a_softmax_read_from_memory_takes_its_max_and_sum_in_one_pass(dim: int) 
         text = emit_source(variant_plan(plan, "cuda", variant), "cuda", variant)
         passes = re.findall(r"for \((?:int64_t r0?|int g) = ", text)  # over a row's elements, or its groups of 4
         assert len(passes) == loops and ("MaxSumOp()" in text) == online
+
+
+def test_pdist_pairs_come_from_their_index_in_order() -> None:
+    """The decomposition finds pair k's rows i < j from k alone: every pair, in torch's order."""
+    for n in (2, 3, 7, 64, 300, 3001):
+        x = torch.randn(n, 1 if n > 300 else 3, dtype=torch.float64)
+        torch.testing.assert_close(_pdist(x), F.pdist(x))

@@ -42,6 +42,13 @@ def test_the_batch_stops_where_a_tensor_would_pass_the_element_limit() -> None:
     assert batch == 2**20 // 1024
 
 
+def test_a_chain_that_reads_dimension_0_as_no_batch_keeps_the_drawn_batch() -> None:
+    # Pairs of rows, then a norm over exactly that many: at another batch the norm refuses its input.
+    pairs = 16 * 15 // 2
+    batch = fitted_batch(lambda: [torch.pdist, nn.RMSNorm(pairs)], (16, 256), 16 * 256, 2**40, MODEL, random.Random(0))
+    assert batch == 16
+
+
 @pytest.mark.parametrize("index", range(12))
 def test_composed_problems_are_sized_towards_the_window(catalogue: Catalogue, index: int) -> None:
     """Default shapes: each problem is fitted (its estimate near its target, or a tensor at the element limit), and
