@@ -46,6 +46,8 @@ _VALUES_OF = frozenset(
         aten.max_pool3d_with_indices.default,
         aten.adaptive_max_pool2d.default,
         aten.adaptive_max_pool3d.default,
+        aten.cummax.default,  # a running max's values (a max scan); where each was found is beyond the author
+        aten.cummin.default,
     }
 )
 _OPERAND = (torch.fx.Node, bool, int, float)
@@ -561,9 +563,10 @@ def _convert(
         return Node(name, op, OpKind.CONTRACTION, shape, dtype, args)
     if op == "convolution" and isinstance(args[0], Node):
         return _convolution(name, raw, shape, dtype, add)
-    if op in ("cumsum", "cumprod") and len(args) >= 1 and not kw.get("dtype"):
+    scans = {"cumsum": "sum", "cumprod": "prod", "cummax": "amax", "cummin": "amin"}
+    if op in scans and len(args) >= 1 and not kw.get("dtype"):
         dim = raw[1] % max(len(shape), 1)
-        return Node(name, "sum" if op == "cumsum" else "prod", OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})
+        return Node(name, scans[op], OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})
     return _index_or_window(name, op, qualified, raw, args, kw, shape, dtype)
 
 

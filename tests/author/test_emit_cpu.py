@@ -335,6 +335,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(6, 40), torch.randint(-50, 50, (6, 40))]",
         "x, i",
     ),
+    # running extremes: their values a scan; where each was found is unsupported (test_plan)
+    "cummax_cummin": (
+        "pass",
+        "return torch.cummax(x, dim=1).values, torch.cummin(x.int(), dim=0)[0]",
+        "[torch.randn(9, 70) * 10]",
+        "x",
+    ),
     # the distances of rows' pairs: the pairs from an iota, the rows gathered by them, norms of every order
     "pdist": (
         "pass",

@@ -107,6 +107,12 @@ SOURCES = {
     "cumprod_short_rows": problems.problem(
         "        pass", "        return torch.cumprod(x, dim=-1)", "[torch.rand(6, 130) + 0.5]"
     ),
+    # running extremes' values: max and min scans along rows and down columns
+    "cummax_cummin": problems.problem(
+        "        pass",
+        "        return torch.cummax(x, dim=-1).values, torch.cummin(x, dim=0)[0]",
+        "[torch.randn(6, 1000)]",
+    ),
 }
 
 
@@ -124,6 +130,7 @@ SLOW = {
     "any_all",
     "reverse_cumsum",
     "cumprod_short_rows",
+    "cummax_cummin",
     "sum_subtract",
     "cross_entropy",
     "long_k",

@@ -393,3 +393,9 @@ def test_pdist_pairs_come_from_their_index_in_order() -> None:
     for n in (2, 3, 7, 64, 300, 3001):
         x = torch.randn(n, 1 if n > 300 else 3, dtype=torch.float64)
         torch.testing.assert_close(_pdist(x), F.pdist(x))
+
+
+def test_a_running_extremes_indices_are_named_unsupported() -> None:
+    source = problems.problem("        pass", "        return torch.cummax(x, dim=1).indices", "[torch.randn(4, 9)]")
+    with pytest.raises(Unsupported, match="cummax indices"):
+        capture_problem(source)
