@@ -2405,7 +2405,7 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     A thread's input loads all fall in one column (``_pipelined``): its image and output position are found once.
     A transposed convolution with strides runs as one product per phase (``_phases``), each over the taps that
     meet an input: the full product's others (3 in 4 at stride 2 in 2-d) would only multiply zeros. Where the
-    weights are copied tap-major (``TAPS_BUFFER``), each phase's are copied before its product."""
+    weights are copied tap-major (``taps_buffer``), each phase's are copied before its product."""
     phases = _phases(k)
     if phases is None:
         return _implicit_product(k, tensor_cores, k.name, None, 0)
@@ -2607,13 +2607,13 @@ def _taps_copy(k: ConvKernel, name: str, sizes: tuple[int, int, int, int], w_loc
     channel-major product reads at k = channel x taps + tap (``w_located``, ``w_at``)."""
     groups, rows, channels, taps = sizes
     total = groups * rows * channels * taps
+    located = "".join(f"\n        {line}" for line in w_located)
     return f"""
 // {name}'s weights tap-major: a group's row of channel-major k = c x {taps} + tap at tap x {channels} + c
 __global__ void __launch_bounds__(256) {name}_taps_kernel(const float* __restrict__ {k.w}, float* __restrict__ to) {{
     for (int64_t d = (int64_t)blockIdx.x * 256 + threadIdx.x; d < {total}LL; d += (int64_t)gridDim.x * 256) {{
         const int64_t batch = d / {rows * channels * taps}LL, row = d / {channels * taps}LL % {rows}LL;
-        const int64_t kk = d % {channels * taps}LL, k = kk % {channels}LL * {taps}LL + kk / {channels}LL;
-{_indent(w_located, 8)}
+        const int64_t kk = d % {channels * taps}LL, k = kk % {channels}LL * {taps}LL + kk / {channels}LL;{located}
         to[d] = {k.w}[{w_at}];
     }}
 }}
