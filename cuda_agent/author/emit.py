@@ -1386,6 +1386,23 @@ def _gemm_put(g: GemmKernel, value: str, transposed: bool = False) -> str:
     return _put(g, flat, ("batch", row, col)[3 - len(g.node.shape) :], _scaled(g, value))
 
 
+def _held_sums(size: int, when: str) -> tuple[str, str]:
+    """Our FMA products' sums in two levels (from ``SPLIT_SUMS_K`` on): the declaration of a thread's held sums
+    beside its ``acc[size][size]``, and the statement after a K step that adds the sums so far to them and starts
+    again from zero where ``when`` holds. The epilogue stores acc + held."""
+    fold = f"""
+        if ({when}) {{  // the sums so far join the held ones
+#pragma unroll
+            for (int i = 0; i < {size}; ++i)
+#pragma unroll
+                for (int j = 0; j < {size}; ++j) {{
+                    held[i][j] += acc[i][j];
+                    acc[i][j] = 0.0f;
+                }}
+        }}"""
+    return f" float held[{size}][{size}] = {{}};", fold
+
+
 def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     """Our GEMM kernel: a block computes a T x T tile of C, each thread R x R of it held in registers, over K steps
     of T / R staged in shared memory (R = 1: one output per thread). A thread's outputs are strided by the block's
@@ -1399,20 +1416,7 @@ def _cuda_gemm(g: GemmKernel, variant: Variant) -> str:
     split = g.k >= SPLIT_SUMS_K
     out = _gemm_put(g, "acc[i][j] + held[i][j]" if split else "acc[i][j]")
     chunk = max(1, 128 // w)  # K steps a chunk
-    fold = (
-        f"""
-        if (k0 / {w} % {chunk} == {chunk - 1}) {{  // the sums so far join the held ones
-#pragma unroll
-            for (int i = 0; i < {r}; ++i)
-#pragma unroll
-                for (int j = 0; j < {r}; ++j) {{
-                    held[i][j] += acc[i][j];
-                    acc[i][j] = 0.0f;
-                }}
-        }}"""
-        if split
-        else ""
-    )
+    held, fold = _held_sums(r, f"k0 / {w} % {chunk} == {chunk - 1}") if split else ("", "")
     return f"""
 // {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; {t}x{t} tiles of C, {r}x{r} per thread, K steps of {w}.
 __global__ void __launch_bounds__({w * w}) {g.name}_kernel({_gemm_params(g)}) {{
@@ -1424,7 +1428,7 @@ __global__ void __launch_bounds__({w * w}) {g.name}_kernel({_gemm_params(g)}) {{
     const int tx = threadIdx.x % {w}, ty = threadIdx.x / {w};
     const {e}* pa = {a} + batch * {s["sab"]}LL;
     const {e}* pb = {b} + batch * {s["sbb"]}LL;
-    float acc[{r}][{r}] = {{}};{f" float held[{r}][{r}] = {{}};" if split else ""}
+    float acc[{r}][{r}] = {{}};{held}
     for (int64_t k0 = 0; k0 < {g.k}LL; k0 += {w}) {{
         for (int idx = threadIdx.x; idx < {t * w}; idx += {w * w}) {{
             {{
@@ -1599,8 +1603,10 @@ def _pipelined(
         # From SPLIT_SUMS_K on, sums in two levels as the staged product's: one float sum over a K of 4096 drifted
         # past the 1e-4 tolerance on small outputs (4.7e-4 on an H100, where cuBLAS's sums stayed within it)
         split = k >= SPLIT_SUMS_K
-        accumulators = "float acc[8][8] = {};" + (" float held[8][8] = {};" if split else "")
-        steps = """#pragma unroll
+        held, fold = _held_sums(8, f"k0 / 16 % {HELD_STEPS} == {HELD_STEPS - 1}") if split else ("", "")
+        accumulators = "float acc[8][8] = {};" + held
+        steps = (
+            """#pragma unroll
         for (int kk = 0; kk < 16; ++kk) {
             const float4 a0 = *reinterpret_cast<const float4*>(&as[cur][kk][ty * 4]);
             const float4 a1 = *reinterpret_cast<const float4*>(&as[cur][kk][64 + ty * 4]);
@@ -1613,17 +1619,8 @@ def _pipelined(
 #pragma unroll
                 for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
         }"""
-        if split:
-            steps += f"""
-        if (k0 / 16 % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {{
-                    held[i][j] += acc[i][j];
-                    acc[i][j] = 0.0f;
-                }}
-        }}"""
+            + fold
+        )
         epilogue = f"""#pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -2487,7 +2484,7 @@ def _implicit_product(
         counts = tuple(-(-(n - f) // s) for n, f, s in zip(out[2:], phase, steps, strict=True))
     positions, phase_taps = math.prod(counts), math.prod(tap_counts)
     depth = cin_g * phase_taps
-    by_tap = tensor_cores and taps_buffer(k) in k.writes
+    by_tap = taps_buffer(k) in k.writes  # variant_plan adds it for the 3xTF32 product only
     setup = [
         "const int64_t my_col = col0 + threadIdx.x % 128;",
         f"const int64_t pos = my_col % {positions}LL;",

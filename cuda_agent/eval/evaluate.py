@@ -771,7 +771,7 @@ class Evaluation:
                     **common,
                 )
             )
-        if trials.spot_failures and trials.spot_near_miss():
+        if trials.spot_near_miss():
             raise Abort(
                 self.result(
                     EvalStatus.INCORRECT,
