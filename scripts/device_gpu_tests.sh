@@ -20,7 +20,7 @@
 # `kernels` times one variant of the author's kernels against eager, in all and kernel by kernel
 # (scripts/bench_kernels.py, with KERNELS_ARGS: default the dev suite's plain products as 3xTF32; e.g.
 # "--problems norm_layernorm norm_groupnorm --variant best" for the variants dev.json kept), then profiles the first
-# problem's kernels under ncu (KERNELS_NCU=0: not).
+# problem's kernels under ncu (KERNELS_NCU=0: not; KERNELS_NCU_SECTIONS: ncu's section options instead of ours).
 # Env: GPU_HACKS_TIMEOUT, GPU_TEST_TIMEOUT, LARGE_BENCH_TIMEOUT (seconds), SKIP_COMPILE_BENCH=1, BENCH_COMPILE_ARGS,
 # SKIP_HACKS=1, GPU_TESTS (test paths instead of tests/, to split the suite over calls of the device tool).
 set -u
@@ -129,8 +129,9 @@ args=${KERNELS_ARGS:---problems gemm_square gemm_transposed_b gemm_bmm gemm_tall
 timeout "${KERNELS_TIMEOUT:-300}" python3 scripts/bench_kernels.py $args 2>&1 | tee "$OUT/kernels.log"
 if [ "${KERNELS_NCU:-1}" = 1 ]; then
   # shellcheck disable=SC2086
-  timeout 150 ncu --clock-control none -k regex:^k[0-9]+_ --launch-count 4 --section SpeedOfLight \
-    --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
+  # shellcheck disable=SC2086
+  timeout 150 ncu --clock-control none -k regex:^k[0-9]+_ --launch-count 4 ${KERNELS_NCU_SECTIONS:---section \
+    SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis} \
     python3 scripts/bench_kernels.py $args --ncu 2>&1 | grep -v "^==PROF==" | tee "$OUT/kernels-ncu.log"
 fi
 fi

@@ -2069,16 +2069,20 @@ extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
 """
 
 
-MMA16_STAGES = 4  # K steps of 32 in flight: 20 KB of shared memory each, two blocks an SM
+# K steps of 64: half the barriers and waits of steps of 32 (8192 x 8192 by 8192 x 16384 in bfloat16 on an H100:
+# 8.8 ms in steps of 32, 7.2 in steps of 64); 3 in flight, 35 KB of shared memory each, leave room for two blocks an
+# SM (in 4, one: 10.1 ms)
+MMA16_K = 64
+MMA16_STAGES = 3
 MMA16_GROUP = 8  # block rows of C a group of tiles spans (``_cuda_gemm_mma16``)
 
 
 def _cuda_gemm_mma16(g: GemmKernel) -> str | None:
     """Our GEMM kernel for 16-bit operands on mma.sync m16n8k16 (sm_80 and later): 128x128 tiles of C per block of
-    8 warps, 64x32 per warp as 4x4 products of 16x8, K steps of 32 copied from global to shared memory 16 bytes at
-    a time (``cp_async8h``), ``MMA16_STAGES`` in flight, one barrier a step; fragments read by ldmatrix (8 bytes a
-    lane a matrix instead of 2-byte reads, transposed on the way where the tile's contiguous dim is not k). Tiles
-    are taken in groups of ``MMA16_GROUP`` block rows, column by column within a group, so that the blocks
+    8 warps, 64x32 per warp as 4x4 products of 16x8, K steps of ``MMA16_K`` copied from global to shared memory 16
+    bytes at a time (``cp_async8h``), ``MMA16_STAGES`` in flight, one barrier a step; fragments read by ldmatrix (8
+    bytes a lane a matrix instead of 2-byte reads, transposed on the way where the tile's contiguous dim is not k).
+    Tiles are taken in groups of ``MMA16_GROUP`` block rows, column by column within a group, so that the blocks
     resident at once read a few rows of A's panels and of B's and L2 serves the rest (in launch order, a row of
     tiles would read all of B each time). None where an operand has no unit stride with 8-element groups (the
     other strides and the size along it multiples of 8): ``_cuda_gemm_wmma`` then."""
@@ -2087,19 +2091,21 @@ def _cuda_gemm_mma16(g: GemmKernel) -> str | None:
     b_along_k = _mma16_layout(s["sbk"], s["sbn"], s["sbb"], g.k, g.n)
     if a_along_k is None or b_along_k is None:
         return None
-    steps, stages = -(-g.k // 32), MMA16_STAGES
-    # A stage's tile of 128 rows (or columns) by 32 k: [edge][40] where k is contiguous, else [32 k][136]; the
-    # padding of 16 bytes a row puts ldmatrix's 8 row reads of a matrix in distinct banks either way.
-    a_size, b_size = (128 * 40 if along else 32 * 136 for along in (a_along_k, b_along_k))
+    kstep, pitch = MMA16_K, MMA16_K + 8
+    steps, stages = -(-g.k // kstep), MMA16_STAGES
+    # A stage's tile of 128 rows (or columns) by K step k: [edge][K step + 8] where k is contiguous, else
+    # [K step][136]; the padding of 16 bytes a row puts ldmatrix's 8 row reads of a matrix in distinct banks either
+    # way (rows 16 bytes past a multiple of 128 apart).
+    a_size, b_size = (128 * pitch if along else kstep * 136 for along in (a_along_k, b_along_k))
 
     def fetch(x: str, edge: str, along: bool, size: int, stride: int, edge_size: int) -> str:
-        """A stage's copies of one operand: 512 groups of 8, two a thread."""
-        e, kk = ("q / 4", "q % 4 * 8") if along else ("q % 16 * 8", "q / 16")
-        place = f"({e}) * 40 + {kk}" if along else f"({kk}) * 136 + {e}"
-        within = [f"{edge} < {edge_size}LL"] * (edge_size % 128 != 0) + [f"k < {g.k}LL"] * (g.k % 32 != 0)
+        """A stage's copies of one operand: 16 K step groups of 8, K step / 16 a thread."""
+        e, kk = (f"q / {kstep // 8}", f"q % {kstep // 8} * 8") if along else ("q % 16 * 8", "q / 16")
+        place = f"({e}) * {pitch} + {kk}" if along else f"({kk}) * 136 + {e}"
+        within = [f"{edge} < {edge_size}LL"] * (edge_size % 128 != 0) + [f"k < {g.k}LL"] * (g.k % kstep != 0)
         offset = f"{edge} * {stride}LL + k" if along else f"k * {stride}LL + {edge}"
         return f"""#pragma unroll
-            for (int l = 0; l < 2; ++l) {{
+            for (int l = 0; l < {kstep // 16}; ++l) {{
                 const int q = threadIdx.x + l * 256;
                 const int64_t {edge} = {edge}0 + {e}, k = k_next + {kk};
                 const bool in = {" && ".join(within) or "true"};
@@ -2110,7 +2116,7 @@ def _cuda_gemm_mma16(g: GemmKernel) -> str | None:
         """ldmatrix into ``into`` of 4 matrices of 8 (rows or columns) by 8 k from edge ``e``, k 16 h: lane 8 q + i
         gives row i of matrix q, at (``e_off``, ``k_off``) of q."""
         load = "ldmatrix_x4" if along else "ldmatrix_x4_trans"
-        at = f"({e} + {e_off} + lane % 8) * 40 + h * 16 + {k_off}" if along else (
+        at = f"({e} + {e_off} + lane % 8) * {pitch} + h * 16 + {k_off}" if along else (
             f"(h * 16 + {k_off} + lane % 8) * 136 + {e} + {e_off}"
         )  # fmt: skip
         return f"{load}({into}, {x}s + (step % {stages}) * {size} + {at});"
@@ -2130,8 +2136,8 @@ def _cuda_gemm_mma16(g: GemmKernel) -> str | None:
     smem = stages * (a_size + b_size) * 2
     out = _gemm_put(g, "acc[i][j][e]")
     return f"""
-// {g.node.op} on tensor cores: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles, K steps of 32, {stages} in
-// flight.
+// {g.node.op} on tensor cores: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles, K steps of {kstep},
+// {stages} in flight.
 __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
     extern __shared__ __align__(16) uint16_t mma16_smem[];
     uint16_t* const as = mma16_smem;  // [stage][A's tile]
@@ -2150,7 +2156,7 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
     float acc[4][4][4] = {{}};  // [16 rows][8 columns][the thread's 4 of them]
 #pragma unroll
     for (int stage = 0; stage < {stages - 1}; ++stage) {{
-        const int64_t k_next = stage * 32LL;
+        const int64_t k_next = stage * {kstep}LL;
         {copies}
     }}
     for (int step = 0; step < {steps}; ++step) {{
@@ -2158,11 +2164,11 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
         __syncthreads();  // everyone's have, and everyone is done with the step before, whose buffer is refilled now
         {{
             const int stage = (step + {stages - 1}) % {stages};
-            const int64_t k_next = (step + {stages - 1}) * 32LL;
+            const int64_t k_next = (step + {stages - 1}) * {kstep}LL;
             {copies}
         }}
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {{
+        for (int h = 0; h < {kstep // 16}; ++h) {{
             unsigned af[4][4], bf[4][2];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {a_frag}
