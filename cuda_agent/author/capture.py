@@ -151,6 +151,32 @@ def _pdist(x: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     return torch.linalg.vector_norm(x[i.long()] - x[j.long()], ord=p, dim=-1)
 
 
+def _trilinear(
+    i1: torch.Tensor,
+    i2: torch.Tensor,
+    i3: torch.Tensor,
+    expand1: list[int],
+    expand2: list[int],
+    expand3: list[int],
+    sumdim: list[int],
+    unroll_dim: int = 1,
+) -> torch.Tensor:
+    """The three operands unsqueezed at their expand dims, multiplied and summed over ``sumdim``. torch.bilinear's
+    form (out[b, o] = sum_ij x1[b, i] W[o, i, j] x2[b, j]) as a product x1 @ W (i by o j) and then sums over j of
+    rows against x2: the contraction on our GEMM, and no b by o by i by j product for a reduction to read."""
+    if (list(expand1), list(expand2), list(expand3), list(sumdim)) == ([1, 3], [0], [1, 2], [2, 3]):
+        rows, (out, left, right) = i1.shape[0], i2.shape
+        weight = aten.reshape(aten.permute(i2, [1, 0, 2]), [left, out * right])
+        product = aten.reshape(aten.mm(i1, weight), [rows, out, right])
+        return aten.sum(aten.mul(product, aten.unsqueeze(i3, 1)), [2])
+    operands = []
+    for operand, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        for dim in sorted(expand):
+            operand = aten.unsqueeze(operand, dim)
+        operands.append(operand)
+    return aten.sum(aten.mul(aten.mul(operands[0], operands[1]), operands[2]), list(sumdim))
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(
@@ -174,6 +200,8 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
                 aten.upsample_linear1d,
                 aten.upsample_bilinear2d,
                 aten.upsample_trilinear3d,
+                aten.upsample_bicubic2d,
+                aten.grid_sampler_2d,
             ]
         )
     )
@@ -191,6 +219,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table[aten.split.Tensor] = _split
     table[aten.unbind.int] = _unbind
     table[aten._pdist_forward.default] = _pdist
+    table[aten._trilinear.default] = _trilinear
     return table
 
 
@@ -563,7 +592,7 @@ def _convert(
         return Node(name, op, OpKind.CONTRACTION, shape, dtype, args)
     if op == "convolution" and isinstance(args[0], Node):
         return _convolution(name, raw, shape, dtype, add)
-    scans = {"cumsum": "sum", "cumprod": "prod", "cummax": "amax", "cummin": "amin"}
+    scans = {"cumsum": "sum", "cumprod": "prod", "cummax": "amax", "cummin": "amin", "logcumsumexp": "logaddexp"}
     if op in scans and len(args) >= 1 and not kw.get("dtype"):
         dim = raw[1] % max(len(shape), 1)
         return Node(name, scans[op], OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})

@@ -110,6 +110,13 @@ struct SumOp { template <typename T> __device__ T operator()(T a, T b) const { r
 struct ProdOp { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };
 struct MaxOp { template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
 struct MinOp { template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
+// log(exp(a) + exp(b)) without overflow (logcumsumexp's scan): the larger plus log1p of the other's exp relative to
+// it; equal values (two infinities of one sign among them, whose difference is NaN) give the value plus log 2.
+template <typename T> __device__ T log_add_exp(T a, T b) {
+    if (a == b) return a + (T)0.6931471805599453;
+    return (a > b ? a : b) + log1p(exp(-fabs(a - b)));
+}
+struct LogAddExpOp { template <typename T> __device__ T operator()(T a, T b) const { return log_add_exp(a, b); } };
 // A row's running max and sum of exp(x - max) (an online softmax, emit._online): two threads' pairs combined, each
 // sum rescaled to the larger max (a max of -inf has a sum of 0 or NaN, kept as it is).
 template <typename T> struct MaxSum { T m, s; };
@@ -344,6 +351,12 @@ static inline int32_t float_bits(float v) {
     memcpy(&i, &v, sizeof i);
     return i;
 }
+// log(exp(a) + exp(b)) without overflow (logcumsumexp's scan): the larger plus log1p of the other's exp relative to
+// it; equal values (two infinities of one sign among them, whose difference is NaN) give the value plus log 2.
+template <typename T> T log_add_exp(T a, T b) {
+    if (a == b) return a + (T)0.6931471805599453;
+    return (a > b ? a : b) + log1p(exp(-fabs(a - b)));
+}
 """
 # What the emitted code calls a 16-bit float, and its conversions (ir.HALF_TYPES), when a plan has one. CUDA's own
 # types, converted by intrinsics: torch's build flags (workdir form) switch the types' conversion operators off.
@@ -375,7 +388,7 @@ typedef _Float16 half;
 static inline float half_to_float(half v) { return (float)v; }
 static inline half float_to_half(float v) { return (half)v; }
 """
-_OPS = {"sum": "SumOp", "prod": "ProdOp", "amax": "MaxOp", "amin": "MinOp"}
+_OPS = {"sum": "SumOp", "prod": "ProdOp", "amax": "MaxOp", "amin": "MinOp", "logaddexp": "LogAddExpOp"}
 
 
 def _coords(dims: list[int], shape: tuple[int, ...], index: str) -> list[str]:

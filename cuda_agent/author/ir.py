@@ -113,6 +113,7 @@ REDUCTIONS: dict[str, tuple[str, str]] = {
     "prod": ("1", "{a} * {v}"),
     "amax": ("-INFINITY", "fmax({a}, {v})"),
     "amin": ("INFINITY", "fmin({a}, {v})"),
+    "logaddexp": ("-INFINITY", "log_add_exp({a}, {v})"),  # logcumsumexp's scan (the preludes define it)
 }
 
 

@@ -297,6 +297,25 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(2, 3, 6, 9)]",
         "x",
     ),
+    # torch's decompositions of bicubic interpolation and of grid_sample (bilinear, nearest and bicubic, zeros and
+    # border padding, points past the edges): gathers at computed positions, weighted
+    "bicubic_and_grid_sample": (
+        "pass",
+        "return (F.interpolate(x, scale_factor=2, mode='bicubic'), F.interpolate(x, size=(7, 5), mode='bicubic', "
+        "align_corners=True), F.grid_sample(x, g, align_corners=False), F.grid_sample(x, g, mode='nearest', "
+        "padding_mode='border', align_corners=True), F.grid_sample(x, g, mode='bicubic'))",
+        "[torch.randn(2, 3, 6, 9), 2.4 * torch.rand(2, 5, 4, 2) - 1.2]",
+        "x, g",
+    ),
+    # nn.Bilinear (aten._trilinear) as a product and row sums, with leading dims and without a bias; the generic
+    # form (operands unsqueezed, multiplied, summed)
+    "bilinear_and_trilinear": (
+        "self.b = nn.Bilinear(16, 24, 8)\n        self.c = nn.Bilinear(16, 24, 5, bias=False)",
+        "return self.b(x[0], y[0]), self.c(x, y), torch.ops.aten._trilinear(x[0, :4], y[0, :4, :16], x[1, :4], [0], "
+        "[1], [0], [2])",
+        "[torch.randn(3, 5, 16), torch.randn(3, 5, 24)]",
+        "x, y",
+    ),
     # the batch flattened into the product's rows (read in place), its output reshaped back (written in place)
     "matmul_3d_by_2d": (
         "pass",
@@ -340,6 +359,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "pass",
         "return torch.cummax(x, dim=1).values, torch.cummin(x.int(), dim=0)[0]",
         "[torch.randn(9, 70) * 10]",
+        "x",
+    ),
+    # logcumsumexp as a scan of log(exp(a) + exp(b)): rows led by -inf, values whose exp overflows, an inf
+    "logcumsumexp": (
+        "pass",
+        "return torch.logcumsumexp(x, dim=1), torch.logcumsumexp(100.0 * x, dim=0)",
+        "[torch.cat([torch.full((5, 2), float('-inf')), torch.randn(5, 60), torch.full((5, 1), float('inf'))], 1)]",
         "x",
     ),
     # the distances of rows' pairs: the pairs from an iota, the rows gathered by them, norms of every order

@@ -113,6 +113,13 @@ SOURCES = {
         "        return torch.cummax(x, dim=-1).values, torch.cummin(x, dim=0)[0]",
         "[torch.randn(6, 1000)]",
     ),
+    # logcumsumexp: a scan of log(exp(a) + exp(b)), along rows led by -inf and ending in inf (a NaN if computed as
+    # a difference of infinities) and down columns of values far apart (exp of them overflows)
+    "logcumsumexp": problems.problem(
+        "        pass",
+        "        return torch.logcumsumexp(x, dim=-1), torch.logcumsumexp(30.0 * x, dim=0)",
+        "[torch.cat([torch.full((4, 2), float('-inf')), torch.randn(4, 997), torch.full((4, 1), float('inf'))], 1)]",
+    ),
 }
 
 

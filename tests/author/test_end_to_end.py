@@ -354,6 +354,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         problems.CONV_TRANSPOSE_PHASES,
         problems.BATCHNORM_TRAINING,
         problems.TAP_MAJOR_CONV,
+        problems.BILINEAR_SAMPLE_LOGCUMSUMEXP,
     ],
     ids=[
         "rmsnorm",
@@ -377,6 +378,7 @@ def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:
         "conv_transpose_phases",
         "batchnorm_training_split_rows",
         "tap_major_conv_relu",
+        "bilinear_sample_logcumsumexp",
     ],
 )
 def test_every_variant_is_correct_on_cuda(source: str) -> None:
