@@ -348,6 +348,8 @@ class Plan:
 # Producers one kernel's expression may nest, and distinct ones it may inline (see Planner._bound_fusion).
 FUSION_DEPTH = 64
 FUSION_NODES = 64
+# Pieces of a concatenation a kernel may inline where more than one node reads it (see Planner._bound_fusion).
+CAT_PIECES = 8
 
 
 class Planner:
@@ -398,7 +400,12 @@ class Planner:
                 continue
             depth[id(node)] = 1 + max((depth[id(a)] for a in node.inputs()), default=0)
             inlined = frozenset({id(node)}).union(*(read[id(a)] for a in node.inputs()))
-            shared = len(inlined) >= FUSION_NODES and len(users.get(node, ())) > 1
+            # Every piece of an inlined concatenation is read for each of its elements (``_index``), in each of its
+            # readers: one of many pieces (a dense block's features, each layer's input the concatenation of all the
+            # earlier ones, read by its norm's statistics and by its normalization) is read once, by a kernel of
+            # its own, and its text, as long as its pieces, is not copied into every reader.
+            wide = node.op == "cat" and len(node.args) > CAT_PIECES
+            shared = (len(inlined) >= FUSION_NODES or wide) and len(users.get(node, ())) > 1
             if depth[id(node)] >= FUSION_DEPTH or shared:
                 self.materialize(node)
                 depth[id(node)] = 0

@@ -165,8 +165,8 @@ TAP_MAJOR_CONV = problem(
 BILINEAR_SAMPLE_LOGCUMSUMEXP = problem(
     "        self.b = nn.Bilinear(40, 24, 16)",
     "        return (self.b(x[:, 0, :8, :40].reshape(-1, 40), y), F.interpolate(x, scale_factor=2, mode='bicubic'),\n"
-    "                F.grid_sample(x, g, align_corners=False), torch.logcumsumexp(torch.cat([torch.full_like(x[..., :1], "
-    "float('-inf')), x], -1), dim=-1))",
+    "                F.grid_sample(x, g, align_corners=False),\n"
+    "                torch.logcumsumexp(torch.cat([torch.full_like(x[..., :1], float('-inf')), x], -1), dim=-1))",
     "[torch.randn(2, 3, 24, 40), torch.randn(16, 24), 2.4 * torch.rand(2, 16, 12, 2) - 1.2]",
     args="x, y, g",
 )

@@ -11,7 +11,15 @@ import torch.nn.functional as F
 from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
 from cuda_agent.author.capture import _pdist
 from cuda_agent.author.emit import Variant, emit_source, variant_plan
-from cuda_agent.author.plan import ConvKernel, GemmKernel, RowKernel, fuse_epilogues, linear_index, reshape_coords
+from cuda_agent.author.plan import (
+    CAT_PIECES,
+    ConvKernel,
+    GemmKernel,
+    RowKernel,
+    fuse_epilogues,
+    linear_index,
+    reshape_coords,
+)
 from tests.author import problems
 
 
@@ -368,6 +376,19 @@ def test_a_state_every_step_reads_is_stored_once_its_expression_is_large() -> No
     )
     kernels = _kernels(problems.problem("        pass", forward, "[torch.randn(4, 8), torch.randn(4, 8)]", args="x, c"))
     assert len(kernels) >= 2, "the state is stored where its expression passes plan.FUSION_NODES"
+
+
+@pytest.mark.parametrize(("pieces", "stored"), [(CAT_PIECES + 1, True), (CAT_PIECES, False)])
+def test_a_concatenation_of_many_pieces_read_twice_is_stored(pieces: int, stored: bool) -> None:
+    """A dense block's input: every earlier layer's features concatenated, then normalized by statistics of its
+    own. Past CAT_PIECES pieces the concatenation is a kernel's output, read by the statistics and by the
+    normalization, instead of every piece read for each element in each of them; fewer pieces stay inlined."""
+    forward = (
+        f"        feats = [x + i for i in range({pieces})]\n        c = torch.cat(feats, 1)\n"
+        "        return (c - c.mean(dim=1, keepdim=True)) * 2.0"
+    )
+    kernels = _kernels(problems.problem("        pass", forward, "[torch.randn(4, 3, 8)]"))
+    assert any(k.name.endswith("_cat") for k in kernels) is stored, [k.name for k in kernels]
 
 
 @pytest.mark.parametrize("dim", [1, -1])
