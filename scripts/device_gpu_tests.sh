@@ -129,7 +129,6 @@ args=${KERNELS_ARGS:---problems gemm_square gemm_transposed_b gemm_bmm gemm_tall
 timeout "${KERNELS_TIMEOUT:-300}" python3 scripts/bench_kernels.py $args 2>&1 | tee "$OUT/kernels.log"
 if [ "${KERNELS_NCU:-1}" = 1 ]; then
   # shellcheck disable=SC2086
-  # shellcheck disable=SC2086
   timeout 150 ncu --clock-control none -k regex:^k[0-9]+_ --launch-count 4 ${KERNELS_NCU_SECTIONS:---section \
     SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis} \
     python3 scripts/bench_kernels.py $args --ncu 2>&1 | grep -v "^==PROF==" | tee "$OUT/kernels-ncu.log"

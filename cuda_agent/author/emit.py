@@ -102,7 +102,20 @@ class Variant:
         return "// serial: too little work to wake a thread team"
 
 
-CUDA_PRELUDE = """#include <algorithm>
+def _log_add_exp(qualifier: str) -> str:
+    """log_add_exp for a prelude (``qualifier``: "__device__ " on the GPU, "" on the host): one text for both."""
+    return f"""\
+// log(exp(a) + exp(b)) without overflow (logcumsumexp's scan): the larger plus log1p of the other's exp relative to
+// it; equal values (two infinities of one sign among them, whose difference is NaN) give the value plus log 2.
+template <typename T> {qualifier}T log_add_exp(T a, T b) {{
+    if (a == b) return a + (T)0.6931471805599453;
+    return (a > b ? a : b) + log1p(exp(-fabs(a - b)));
+}}
+"""
+
+
+CUDA_PRELUDE = (
+    """#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -113,12 +126,9 @@ struct SumOp { template <typename T> __device__ T operator()(T a, T b) const { r
 struct ProdOp { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };
 struct MaxOp { template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
 struct MinOp { template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
-// log(exp(a) + exp(b)) without overflow (logcumsumexp's scan): the larger plus log1p of the other's exp relative to
-// it; equal values (two infinities of one sign among them, whose difference is NaN) give the value plus log 2.
-template <typename T> __device__ T log_add_exp(T a, T b) {
-    if (a == b) return a + (T)0.6931471805599453;
-    return (a > b ? a : b) + log1p(exp(-fabs(a - b)));
-}
+"""
+    + _log_add_exp("__device__ ")
+    + """\
 struct LogAddExpOp { template <typename T> __device__ T operator()(T a, T b) const { return log_add_exp(a, b); } };
 // A row's running max and sum of exp(x - max) (an online softmax, emit._online): two threads' pairs combined, each
 // sum rescaled to the larger max (a max of -inf has a sum of 0 or NaN, kept as it is).
@@ -262,6 +272,7 @@ __device__ T block_scan(T v, Op op, T identity, T* total) {
     return v;
 }
 """
+)
 # Our 3xTF32 products' tensor-core step (``_tf32x3_steps``). A tensor core reads a TF32 operand's 10 high
 # significand bits and ignores the rest, so operands go in as float bits.
 CUDA_MMA_PRELUDE = """
@@ -354,13 +365,7 @@ static inline int32_t float_bits(float v) {
     memcpy(&i, &v, sizeof i);
     return i;
 }
-// log(exp(a) + exp(b)) without overflow (logcumsumexp's scan): the larger plus log1p of the other's exp relative to
-// it; equal values (two infinities of one sign among them, whose difference is NaN) give the value plus log 2.
-template <typename T> T log_add_exp(T a, T b) {
-    if (a == b) return a + (T)0.6931471805599453;
-    return (a > b ? a : b) + log1p(exp(-fabs(a - b)));
-}
-"""
+""" + _log_add_exp("")
 # What the emitted code calls a 16-bit float, and its conversions (ir.HALF_TYPES), when a plan has one. CUDA's own
 # types, converted by intrinsics: torch's build flags (workdir form) switch the types' conversion operators off.
 CUDA_HALF_PRELUDE = """#include <cuda_bf16.h>
