@@ -302,8 +302,9 @@ def run_job(job_id: str) -> None:
         except Exception as exc:  # a handler's failure is the job's failure, not a lost message
             log.exception("job failed", extra={"job_id": job_id})
             error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
-        # Still inside the heartbeat: the lease is held until the outcome is stored.
-        stored = _with_db_retries("store outcome", lambda: _complete(job_id, owner, outcome, error))
+        # The lease is held until the outcome is stored; the heartbeat ends with the store.
+        with heartbeat.last_beat():
+            stored = _with_db_retries("store outcome", lambda: _complete(job_id, owner, outcome, error))
     log.info("job finished" if stored else "outcome of a superseded attempt discarded", extra={"job_id": job_id})
 
 
@@ -390,12 +391,15 @@ class _Heartbeat:
 
     ``lost`` is set when the lease was taken from this attempt (it expired and the job went to another attempt).
     A renewal that fails on a database error is tried again at the next beat; the lease outlives a few misses.
+    Renewals and the attempt's final store take turns under one lock: a renewal right after the store found the job
+    finished and would take that for a lost lease.
     """
 
     def __init__(self, job_id: str, owner: str, interval_s: float, lease_s: float) -> None:
         self.job_id, self.owner, self.interval_s, self.lease_s = job_id, owner, interval_s, lease_s
         self.lost = threading.Event()
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._beat, name=f"lease-{job_id}", daemon=True)
 
     def __enter__(self) -> _Heartbeat:
@@ -408,10 +412,20 @@ class _Heartbeat:
         self._stop.set()
         self._thread.join(timeout=self.interval_s + 5)
 
+    @contextmanager
+    def last_beat(self) -> Iterator[None]:
+        """No renewal runs during the block, and none after it."""
+        with self._lock:
+            yield
+            self._stop.set()
+
     def _beat(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                renewed = _renew(self.job_id, self.owner, self.lease_s)
+                with self._lock:
+                    if self._stop.is_set():
+                        return
+                    renewed = _renew(self.job_id, self.owner, self.lease_s)
             except TRANSIENT_DB_ERRORS as exc:
                 log.warning("lease renewal failed; retrying", extra={"job_id": self.job_id, "error": str(exc)})
                 continue

@@ -154,3 +154,26 @@ def test_a_database_fault_in_the_handler_gives_the_job_back_instead_of_failing_i
     # Still RUNNING, with a lease that is already over: the sweep sends it to another attempt.
     assert after.status is JobStatus.RUNNING and after.error is None
     assert after.lease_expires_at is not None and after.lease_expires_at.replace(tzinfo=now_utc().tzinfo) <= now_utc()
+
+
+def test_no_renewal_runs_between_the_store_and_the_heartbeats_end(
+    fast_leases, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A beat after the store found the job finished and logged a lost lease (it landed in a CLI's JSON output)."""
+    from cuda_agent.jobs import runner
+    from cuda_agent.settings import get_settings
+
+    monkeypatch.setenv("CUDA_AGENT_JOB_HEARTBEAT_S", "0.01")
+    get_settings.cache_clear()
+    store = runner._complete
+
+    def store_then_linger(*args: Any) -> bool:
+        stored = store(*args)
+        time.sleep(0.2)  # twenty beats' time between the store's commit and the heartbeat's end
+        return stored
+
+    monkeypatch.setattr(runner, "_complete", store_then_linger)
+    job, _ = create_job(JobKind.PROBE, {})
+    run_job(job.id)
+    assert get_job(job.id).status is JobStatus.SUCCEEDED
+    assert [r.getMessage() for r in caplog.records if "lease" in r.getMessage()] == []
