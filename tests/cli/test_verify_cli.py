@@ -15,7 +15,7 @@ from tests.conftest import cli
 pytestmark = pytest.mark.sandbox
 
 
-def verify(tmp_path: Path, kernel: str, *extra: str) -> tuple[int, str]:
+def verify(tmp_path: Path, kernel: str, *extra: str) -> tuple[int, str, str]:
     problem, candidate = tmp_path / "problem.py", tmp_path / "candidate"
     problem.write_text(PROBLEM)
     (candidate / "kernels").mkdir(parents=True, exist_ok=True)
@@ -27,14 +27,14 @@ def verify(tmp_path: Path, kernel: str, *extra: str) -> tuple[int, str]:
         env={"CUDA_AGENT_DATA_DIR": str(tmp_path / "data")},
         timeout=600,
     )
-    return result.returncode, result.stdout + result.stderr
+    return result.returncode, result.stdout, result.stderr
 
 
 @pytest.mark.slow
 def test_verify_cli_compiles_then_judges(tmp_path: Path) -> None:
-    code, out = verify(tmp_path, KERNEL.replace(FIX["old_string"], FIX["new_string"]), "--json")
-    assert code == 0, out
-    verdict = json.loads(out)
+    code, out, err = verify(tmp_path, KERNEL.replace(FIX["old_string"], FIX["new_string"]), "--json")
+    assert code == 0, out + err
+    verdict = json.loads(out)  # stdout is the verdict alone; logs go to stderr
     assert verdict["status"] == "correct" and verdict["reward"] >= 1 and verdict["candidate_timing"]["trials"] == 3
     db = sqlite3.connect(tmp_path / "data" / "cuda-agent.db")
     assert dict(db.execute("SELECT kind, count(*) FROM jobs GROUP BY kind").fetchall()) == {
@@ -44,7 +44,7 @@ def test_verify_cli_compiles_then_judges(tmp_path: Path) -> None:
 
 
 def test_verify_cli_stops_at_a_compile_error(tmp_path: Path) -> None:
-    code, out = verify(tmp_path, KERNEL)
-    assert code == 1 and out.startswith("compile_error:"), out
+    code, out, err = verify(tmp_path, KERNEL)
+    assert code == 1 and out.startswith("compile_error:"), out + err
     db = sqlite3.connect(tmp_path / "data" / "cuda-agent.db")
     assert [k for (k,) in db.execute("SELECT kind FROM jobs")] == ["compile"]
