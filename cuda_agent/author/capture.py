@@ -51,6 +51,17 @@ _VALUES_OF = frozenset(
     }
 )
 _OPERAND = (torch.fx.Node, bool, int, float)
+# Recurrent layers are traced as their cells unrolled over every step of every layer and direction: an LSTM's step
+# came to ~5 kernels and 26 KB of source (2 layers x 16 steps: 152 kernels, 0.84 MB), so emit.MAX_SOURCE_BYTES
+# holds about 150 steps. Longer ones are refused before tracing them (a 6-layer LSTM over 512 steps took 8-11 min
+# to trace, 70,720 nodes, only to be refused for its 80 MB of source).
+RNN_CELL_STEPS = 128
+_RECURRENT = {
+    torch._VF.lstm: "lstm",
+    torch._VF.gru: "gru",
+    torch._VF.rnn_tanh: "rnn_tanh",
+    torch._VF.rnn_relu: "rnn_relu",
+}
 _CASTS = frozenset({"_to_copy", "convert_element_type", "to", "type_as"})
 
 
@@ -283,6 +294,27 @@ def _legacy_functions_inlined() -> Iterator[None]:
             del cls.apply
 
 
+class _BoundedRecurrences(TorchFunctionMode):
+    """Refuses a recurrent layer of more than RNN_CELL_STEPS cells before it is traced, from its call's arguments
+    (torch traces it as its cells, step by step)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kind = _RECURRENT.get(func)
+        # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first); a packed
+        # sequence's call (data, batch_sizes, hx, params, ...) is traced as it comes
+        if kind is not None and not kwargs and not isinstance(args[3], list | tuple):
+            x, layers, bidirectional, batch_first = args[0], args[4], args[7], args[8]
+            steps = x.shape[1 if batch_first and x.dim() == 3 else 0]
+            cells = steps * layers * (2 if bidirectional else 1)
+            if cells > RNN_CELL_STEPS:
+                raise Unsupported(
+                    f"{kind}: {cells} cell steps ({layers} layer{'s' * (layers != 1)} x {steps} steps"
+                    f"{' x 2 directions' if bidirectional else ''}), more than the {RNN_CELL_STEPS} the author "
+                    "unrolls"
+                )
+        return func(*args, **(kwargs or {}))
+
+
 class _ScalarTensors(TorchFunctionMode):
     """``torch.tensor(0.5)`` in forward, made as ``torch.full`` of that value: a tensor built from Python data on
     the meta device keeps no values, so the trace would hold an unknown constant; a full one is a constant the
@@ -322,7 +354,7 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             args[pos] = t
         return torch.func.functional_call(model, dict(zip(names, flat_state, strict=True)), tuple(args))
 
-    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined(), _ScalarTensors():
+    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined(), _ScalarTensors(), _BoundedRecurrences():
         try:
             # Functionalized: in-place ops (ReLU(inplace=True), x.add_) become their pure forms, and the updates
             # of buffers (batch norm's running statistics in training mode) become copies back at the end. The

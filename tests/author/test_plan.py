@@ -267,6 +267,28 @@ def test_sources_too_large_to_build_are_refused(monkeypatch: pytest.MonkeyPatch)
     assert refused.startswith("the emitted kernels come to") and "a build finishes in time" in refused
 
 
+@pytest.mark.parametrize(
+    ("layer", "call", "size", "refused"),
+    [
+        # a public size: 6 layers over 512 steps, both ways (tracing it took minutes before it was refused)
+        ("nn.GRU(8, 16, 6, batch_first=True, bidirectional=True)", "self.rnn(x)[1]", "4, 512, 8", "gru: 6144 cell"),
+        ("nn.LSTM(8, 16)", "self.rnn(x)[0]", "129, 4, 8", "lstm: 129 cell steps (1 layer x 129 steps)"),
+        # unbatched: the steps are the first dim
+        ("nn.RNN(8, 16, 2)", "self.rnn(x)[0]", "65, 8", "rnn_tanh: 130 cell steps (2 layers x 65 steps)"),
+        ("nn.RNN(8, 16, 2)", "self.rnn(x)[0]", "64, 8", None),
+    ],
+)
+def test_recurrent_layers_of_too_many_cells_are_refused_before_tracing(
+    layer: str, call: str, size: str, refused: str | None
+) -> None:
+    source = problems.problem(f"        self.rnn = {layer}", f"        return {call}", f"[torch.randn({size})]")
+    if refused is None:
+        assert capture_problem(source).nodes
+        return
+    with pytest.raises(Unsupported, match=re.escape(refused)):
+        capture_problem(source)
+
+
 @pytest.mark.parametrize("pool", ["nn.MaxPool1d(4, stride=2, padding=1)", "nn.AvgPool1d(8, stride=4)"])
 def test_a_1d_pool_reads_its_input_under_the_unsqueeze(pool: str) -> None:
     """A 1-d pool is a 2-d one of the input unsqueezed: one kernel, reading the input itself (no copy first)."""
