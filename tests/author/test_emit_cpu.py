@@ -303,7 +303,7 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "pass",
         "return (F.interpolate(x, scale_factor=2, mode='bicubic'), F.interpolate(x, size=(7, 5), mode='bicubic', "
         "align_corners=True), F.grid_sample(x, g, align_corners=False), F.grid_sample(x, g, mode='nearest', "
-        "padding_mode='border', align_corners=True), F.grid_sample(x, g, mode='bicubic'))",
+        "padding_mode='border', align_corners=True), F.grid_sample(x, g, mode='bicubic', align_corners=False))",
         "[torch.randn(2, 3, 6, 9), 2.4 * torch.rand(2, 5, 4, 2) - 1.2]",
         "x, g",
     ),
