@@ -37,8 +37,9 @@ _VIEWS = frozenset(
      "transpose", "slice", "select", "flip"}
 )  # fmt: skip
 _CONSTS = frozenset(
-    {"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like", "empty", "empty_like"}
-)
+    {"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like", "empty", "empty_like",
+     "empty_permuted"}
+)  # fmt: skip
 # Ops returning (values, indices) whose values the author computes; a graph using the indices is unsupported.
 _VALUES_OF = frozenset(
     {
@@ -162,6 +163,17 @@ def _pdist(x: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     return torch.linalg.vector_norm(x[i.long()] - x[j.long()], ord=p, dim=-1)
 
 
+def _cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | None = None) -> torch.Tensor:
+    """Distances between the rows of x1 and x2, as torch computes them: Euclidean ones in the product's form where
+    torch takes it (asked for, or either side over 25 rows unless forbidden): the squared norms less twice the
+    product (a GEMM), clamped at 0; any other as the norm of each pair's difference (a reduction of a broadcast)."""
+    if p == 2 and (compute_mode == 1 or (compute_mode in (None, 0) and max(x1.shape[-2], x2.shape[-2]) > 25)):
+        squares1 = torch.sum(x1 * x1, dim=-1, keepdim=True)
+        squares2 = torch.sum(x2 * x2, dim=-1).unsqueeze(-2)
+        return torch.sqrt(torch.clamp_min(squares1 + squares2 - 2 * x1 @ x2.mT, 0))
+    return torch.linalg.vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), ord=p, dim=-1)
+
+
 def _trilinear(
     i1: torch.Tensor,
     i2: torch.Tensor,
@@ -230,6 +242,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table[aten.split.Tensor] = _split
     table[aten.unbind.int] = _unbind
     table[aten._pdist_forward.default] = _pdist
+    table[aten._cdist_forward.default] = _cdist
     table[aten._trilinear.default] = _trilinear
     return table
 
@@ -584,7 +597,7 @@ def _convert(
     if op in _CONSTS:
         # An empty tensor's contents are undefined until written (functionalized code fills it by slice_scatter):
         # zeros are as good as any.
-        value = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1, "empty": 0, "empty_like": 0}.get(op)
+        value = 0 if op.startswith("empty") else {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}.get(op)
         if value is None:
             value = raw[0] if op == "scalar_tensor" else raw[1]
         if not isinstance(value, bool | int | float):

@@ -375,6 +375,16 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(37, 24)]",
         "x",
     ),
+    # distances between two sets' rows: Euclidean over 25 rows as torch computes them (norms and a product), the
+    # others a norm of each pair's difference; and a loss whose decomposition starts from an empty tensor
+    "cdist_bce_with_logits": (
+        "pass",
+        "return (torch.cdist(x, y), torch.cdist(x[:, :20], y, p=1.0), torch.cdist(x[:, :9], y[:, :7]), "
+        "torch.cdist(x, y, compute_mode='donot_use_mm_for_euclid_dist'), "
+        "F.binary_cross_entropy_with_logits(x, x.sigmoid()))",
+        "[torch.randn(2, 30, 8), torch.randn(2, 12, 8)]",
+        "x, y",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
