@@ -174,6 +174,21 @@ def _cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | Non
     return torch.linalg.vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), ord=p, dim=-1)
 
 
+def _rrelu(
+    x: torch.Tensor,
+    noise: torch.Tensor,
+    lower: float = 1 / 8,
+    upper: float = 1 / 3,
+    training: bool = False,
+    generator: Any = None,
+) -> torch.Tensor:
+    """RReLU in eval mode: a leaky ReLU of the slopes' mean, its noise buffer untouched (in training, slopes are
+    drawn at random)."""
+    if training:
+        raise Unsupported("rrelu in training mode (random slopes)")
+    return aten.leaky_relu(x, (lower + upper) / 2)
+
+
 def _trilinear(
     i1: torch.Tensor,
     i2: torch.Tensor,
@@ -243,6 +258,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table[aten.unbind.int] = _unbind
     table[aten._pdist_forward.default] = _pdist
     table[aten._cdist_forward.default] = _cdist
+    table[aten.rrelu_with_noise.default] = _rrelu
     table[aten._trilinear.default] = _trilinear
     return table
 

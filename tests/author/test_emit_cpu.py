@@ -385,6 +385,13 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(2, 30, 8), torch.randn(2, 12, 8)]",
         "x, y",
     ),
+    # RReLU in eval mode (its slopes' mean; F.rrelu's default): training mode's random slopes are refused
+    "rrelu_eval": (
+        "self.act = nn.RReLU(0.1, 0.3)\n        self.eval()",
+        "return self.act(x) + F.rrelu(x)",
+        "[torch.randn(4, 9)]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",

@@ -289,6 +289,13 @@ def test_recurrent_layers_of_too_many_cells_are_refused_before_tracing(
         capture_problem(source)
 
 
+def test_rrelu_in_training_mode_is_refused() -> None:
+    """A module's default mode is training, where RReLU draws its slopes at random: no kernel reproduces them."""
+    source = problems.problem("        self.act = nn.RReLU()", "        return self.act(x)", "[torch.randn(4, 9)]")
+    with pytest.raises(Unsupported, match="rrelu in training mode"):
+        capture_problem(source)
+
+
 @pytest.mark.parametrize("pool", ["nn.MaxPool1d(4, stride=2, padding=1)", "nn.AvgPool1d(8, stride=4)"])
 def test_a_1d_pool_reads_its_input_under_the_unsqueeze(pool: str) -> None:
     """A 1-d pool is a 2-d one of the input unsqueezed: one kernel, reading the input itself (no copy first)."""
