@@ -906,7 +906,8 @@ def _online_pass(
     scale = " ".join(f"{v} *= grown;" for v in rescaled)
     body.append(f"if ({peak.value} > {m}) {{ const {t} grown = exp({m} - {peak.value}); {scale} {m} = {peak.value}; }}")
     terms = [f"const {t} {peak.var} = {m};"]
-    terms += [stmt for stmt in _scope_body(kernel, total.scope, index, cached) if stmt not in body]
+    # (the constants both scopes load once; a statement that is not one, such as a branch's brace, is the scope's own)
+    terms += [s for s in _scope_body(kernel, total.scope, index, cached) if not (_CONST.match(s) and s in body)]
     if compensated:
         terms += _kahan(acc, f"comp_{total.var}", total.value, t)
     else:

@@ -655,10 +655,15 @@ class Planner:
         if op == "iota":
             return f"(({node.ctype})({a['start']} + {a['step']} * {coords[0]}))"
         if op == "cat":
-            # Every piece is read at its clamped coordinate (always in bounds) and the right one selected: no
-            # branch may read outside its source.
-            dim, offset, pieces = a["dim"], 0, []
-            for src in node.args:
+            # An element reads its own piece alone, under the branch that selects it: read for every element, each
+            # piece cost a load (and its arithmetic) for nothing. Values a branch computes stay in it (a scope of
+            # its own, knowing the values computed before); its reads stay clamped into the piece, in bounds
+            # wherever emit.py places them.
+            dim, offset, last = a["dim"], 0, len(node.args) - 1
+            kernel.values += 1
+            var = f"t{kernel.values}"
+            scope.stmts.append(f"{node.ctype} {var};")
+            for piece, src in enumerate(node.args):
                 size = src.shape[dim]
                 local = f"({coords[dim]} - {offset}LL)" if offset else coords[dim]
                 clamped = (
@@ -666,13 +671,14 @@ class Planner:
                     if size == node.shape[dim]
                     else f"({local} < 0 ? 0 : ({local} > {size - 1} ? {size - 1} : {local}))"
                 )
-                src_coords = (*coords[:dim], clamped, *coords[dim + 1 :])
-                pieces.append((offset + size, self.value(kernel, scope, src, src_coords)))
+                branch = Scope(memo=dict(scope.memo), identity_loads=scope.identity_loads)
+                value = self.value(kernel, branch, src, (*coords[:dim], clamped, *coords[dim + 1 :]))
                 offset += size
-            expr = pieces[-1][1]
-            for end, value in reversed(pieces[:-1]):
-                expr = f"({coords[dim]} < {end}LL ? {value} : {expr})"
-            return expr
+                test = f"if ({coords[dim]} < {offset}LL) {{"
+                head = "{" if last == 0 else test if piece == 0 else f"}} else {test}" if piece < last else "} else {"
+                scope.stmts += [head, *branch.stmts, f"{var} = {value};"]
+            scope.stmts.append("}")
+            return var
         if op == "pad":
             # Reads are clamped into the source (always in bounds, as cat's are) and the fill selected outside it.
             src, inside, at = node.args[0], [], []

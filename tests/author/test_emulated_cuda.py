@@ -120,6 +120,15 @@ SOURCES = {
         "        return torch.logcumsumexp(x, dim=-1), torch.logcumsumexp(30.0 * x, dim=0)",
         "[torch.cat([torch.full((4, 2), float('-inf')), torch.randn(4, 297), torch.full((4, 1), float('inf'))], 1)]",
     ),
+    # concatenations read each element's own piece under a branch: nested, along the reduced dim (row caches, 16-byte
+    # groups: pieces of widths that are not multiples of 4) and along the rows
+    "cat_pieces": problems.problem(
+        "        pass",
+        "        y = torch.cat([x, x.exp(), x[:, :3] * 2], dim=1)\n"
+        "        return torch.softmax(torch.cat([y, z], -1), -1), torch.cat([x, z[:, :40]], 0).sum(-1)",
+        "[torch.randn(6, 40), torch.randn(6, 90)]",
+        args="x, z",
+    ),
 }
 
 
