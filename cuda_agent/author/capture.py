@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
@@ -323,39 +324,72 @@ def _legacy_functions_inlined() -> Iterator[None]:
             del cls.apply
 
 
-class _BoundedRecurrences(TorchFunctionMode):
-    """Refuses a recurrent layer of more than RNN_CELL_STEPS cells before it is traced, from its call's arguments
-    (torch traces it as its cells, step by step)."""
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kind = _RECURRENT.get(func)
-        # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first); a packed
-        # sequence's call (data, batch_sizes, hx, params, ...) is traced as it comes
-        if kind is not None and not kwargs and not isinstance(args[3], list | tuple):
-            x, layers, bidirectional, batch_first = args[0], args[4], args[7], args[8]
-            steps = x.shape[1 if batch_first and x.dim() == 3 else 0]
-            cells = steps * layers * (2 if bidirectional else 1)
-            if cells > RNN_CELL_STEPS:
-                raise Unsupported(
-                    f"{kind}: {cells} cell steps ({layers} layer{'s' * (layers != 1)} x {steps} steps"
-                    f"{' x 2 directions' if bidirectional else ''}), more than the {RNN_CELL_STEPS} the author "
-                    "unrolls"
-                )
-        return func(*args, **(kwargs or {}))
+def _bounded_recurrence(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """A recurrent layer's call, refused before it is traced when it has more than RNN_CELL_STEPS cells (torch traces
+    it as its cells, step by step)."""
+    # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first); a packed
+    # sequence's call (data, batch_sizes, hx, params, ...) is traced as it comes
+    if not kwargs and not isinstance(args[3], list | tuple):
+        x, layers, bidirectional, batch_first = args[0], args[4], args[7], args[8]
+        steps = x.shape[1 if batch_first and x.dim() == 3 else 0]
+        cells = steps * layers * (2 if bidirectional else 1)
+        if cells > RNN_CELL_STEPS:
+            raise Unsupported(
+                f"{_RECURRENT[func]}: {cells} cell steps ({layers} layer{'s' * (layers != 1)} x {steps} steps"
+                f"{' x 2 directions' if bidirectional else ''}), more than the {RNN_CELL_STEPS} the author unrolls"
+            )
+    return func(*args, **kwargs)
 
 
-class _ScalarTensors(TorchFunctionMode):
+def _scalar_tensor(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     """``torch.tensor(0.5)`` in forward, made as ``torch.full`` of that value: a tensor built from Python data on
     the meta device keeps no values, so the trace would hold an unknown constant; a full one is a constant the
     planner inlines. Tensors of several values stay as they are (and the trace refuses them)."""
+    if args and type(args[0]) in (bool, int, float):
+        value = args[0]
+        default = {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[type(value)]
+        return torch.full((), value, dtype=kwargs.get("dtype") or default, device=kwargs.get("device"))
+    return func(*args, **kwargs)
+
+
+def _fixed_bags(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """EmbeddingBag over a 2-d input (bags of one size, no offsets) as the lookup and a reduction over each bag:
+    what torch computes, padding_idx's entries left out of sums, means and maxima (a bag of padding alone gives
+    zeros). Bags given by offsets have sizes known only from data (the trace refuses them)."""
+    bound = inspect.signature(torch.nn.functional.embedding_bag).bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    x, weight, mode, padding_idx = a["input"], a["weight"], a["mode"], a["padding_idx"]
+    if x.dim() != 2 or a["offsets"] is not None or a["max_norm"] is not None:
+        return func(*args, **kwargs)
+    rows = torch.nn.functional.embedding(x, weight)
+    if a["per_sample_weights"] is not None:
+        rows = rows * a["per_sample_weights"].unsqueeze(-1)
+    if padding_idx is None:
+        reductions: dict[str, Callable[..., torch.Tensor]] = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax}
+        return reductions[mode](rows, dim=1)
+    kept = (x != (padding_idx % weight.shape[0])).unsqueeze(-1)
+    if mode == "max":
+        peak = torch.amax(rows.masked_fill(~kept, float("-inf")), dim=1)
+        return torch.where(kept.any(dim=1), peak, 0.0)
+    total = torch.sum(rows * kept, dim=1)
+    return total if mode == "sum" else total / torch.clamp_min(kept.sum(dim=1), 1)
+
+
+class _Rewrites(TorchFunctionMode):
+    """Calls the trace takes in another form than torch's own: by function, the rewrite that takes its arguments."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func in (torch.tensor, torch.as_tensor) and args and type(args[0]) in (bool, int, float):
-            value = args[0]
-            default = {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[type(value)]
-            return torch.full((), value, dtype=kwargs.get("dtype") or default, device=kwargs.get("device"))
-        return func(*args, **kwargs)
+        rewrite = _REWRITES.get(func)
+        return rewrite(func, args, kwargs or {}) if rewrite else func(*args, **(kwargs or {}))
+
+
+_REWRITES: dict[Any, Callable[[Any, Any, dict[str, Any]], Any]] = {
+    torch.tensor: _scalar_tensor,
+    torch.as_tensor: _scalar_tensor,
+    torch.nn.functional.embedding_bag: _fixed_bags,
+    **dict.fromkeys(_RECURRENT, _bounded_recurrence),
+}
 
 
 def tensor_attributes(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -383,7 +417,7 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             args[pos] = t
         return torch.func.functional_call(model, dict(zip(names, flat_state, strict=True)), tuple(args))
 
-    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined(), _ScalarTensors(), _BoundedRecurrences():
+    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined(), _Rewrites():
         try:
             # Functionalized: in-place ops (ReLU(inplace=True), x.add_) become their pure forms, and the updates
             # of buffers (batch norm's running statistics in training mode) become copies back at the end. The

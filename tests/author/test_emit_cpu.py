@@ -392,6 +392,15 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(4, 9)]",
         "x",
     ),
+    # EmbeddingBag over bags of one size: the lookup and a reduction per bag, padding left out (a bag of padding
+    # alone, the first, gives zeros), per-sample weights
+    "embedding_bag_fixed": (
+        "self.bag = nn.EmbeddingBag(30, 8, mode='max', padding_idx=0)",
+        "return (self.bag(x), F.embedding_bag(x, self.bag.weight, mode='mean', padding_idx=0), "
+        "F.embedding_bag(x, self.bag.weight, mode='sum', per_sample_weights=w))",
+        "[torch.cat([torch.zeros(1, 5, dtype=torch.long), torch.randint(0, 30, (5, 5))]), torch.rand(6, 5)]",
+        "x, w",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
