@@ -137,6 +137,7 @@ SOURCES = {
 # the slow tier the others.
 SLOW = {
     "argmax_argmin",
+    "group_norm",
     "standardize_columns",
     "online_softmax",
     "softmax_cumsum_exact_rows",
