@@ -154,6 +154,34 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 
     return aten.add(product, bias if beta == 1 else aten.mul(bias, beta))
 
 
+def _col2im(
+    col: torch.Tensor,
+    output_size: Sequence[int],
+    kernel_size: Sequence[int],
+    dilation: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+) -> torch.Tensor:
+    """F.fold: each kernel tap's patch values placed on the (padded) output at that tap's offset and the blocks'
+    stride, summed over the taps in order, then the padding cropped: a sum of strided slice_scatters the planner
+    reads element by element (torch's own decomposition accumulates by index_put, a scatter)."""
+    blocks = col if col.dim() == 3 else col.unsqueeze(0)
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = output_size, kernel_size, dilation, padding, stride
+    rows, cols = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    n, channels = blocks.shape[0], blocks.shape[1] // (kh * kw)
+    taps = blocks.reshape(n, channels, kh, kw, rows, cols)
+    hp, wp = h + 2 * ph, w + 2 * pw
+    padded = blocks.new_zeros(n, channels, hp, wp)
+    for i in range(kh):
+        for j in range(kw):
+            at_rows = (i * dh, i * dh + sh * (rows - 1) + 1, sh)
+            tap = aten.slice_scatter(blocks.new_zeros(n, channels, hp, cols), taps[:, :, i, j], 2, *at_rows)
+            at_cols = (j * dw, j * dw + sw * (cols - 1) + 1, sw)
+            padded = padded + aten.slice_scatter(blocks.new_zeros(n, channels, hp, wp), tap, 3, *at_cols)
+    out = padded[:, :, ph : ph + h, pw : pw + w]
+    return out if col.dim() == 3 else out.squeeze(0)
+
+
 def _pdist(x: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     """The distances of the n rows' pairs i < j, row-major: pair k's rows come from k by the inverse of the
     triangular numbers (in float64, exact for any n whose pairs fit a tensor), then the norm of their difference."""
@@ -258,6 +286,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table[aten.split.Tensor] = _split
     table[aten.unbind.int] = _unbind
     table[aten._pdist_forward.default] = _pdist
+    table[aten.col2im.default] = _col2im
     table[aten._cdist_forward.default] = _cdist
     table[aten.rrelu_with_noise.default] = _rrelu
     table[aten._trilinear.default] = _trilinear

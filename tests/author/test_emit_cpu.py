@@ -401,6 +401,15 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.cat([torch.zeros(1, 5, dtype=torch.long), torch.randint(0, 30, (5, 5))]), torch.rand(6, 5)]",
         "x, w",
     ),
+    # F.fold as each tap's patch placed at its offset and the blocks' stride, summed (overlapping taps, padding,
+    # dilation, unbatched), and an unfold folded back
+    "fold": (
+        "self.fold = nn.Fold((9, 11), (3, 2), dilation=(2, 1), padding=(1, 0), stride=(2, 3))",
+        "return (self.fold(x), F.fold(x[0], (9, 11), (3, 2), dilation=(2, 1), padding=(1, 0), stride=(2, 3)), "
+        "F.fold(F.unfold(y, 3, padding=1), (6, 7), 3, padding=1))",
+        "[torch.randn(2, 24, 16), torch.randn(2, 3, 6, 7)]",
+        "x, y",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
