@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import get_args
@@ -27,12 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     status = run_stage(args.stage, config, args.run_dir)
     import torch.distributed as torch_dist
 
+    code = 0 if status.state is RunState.FINISHED else 1
     if torch_dist.is_initialized():
-        # Under torchrun: the process group ends before the interpreter does. Left to exit, gloo's threads are
-        # destroyed still joinable and a rank aborts ("terminate called without an active exception").
+        # Under torchrun: the ranks end together (none tears its connections down while another still writes its
+        # checkpoint), the process group ends before the interpreter does, and the process leaves without the
+        # interpreter's teardown. Left to it, a rank could abort ("terminate called without an active exception":
+        # a thread of the communication library destroyed still joinable), rarely but after its work was done.
+        torch_dist.barrier()
         torch_dist.destroy_process_group()
+        print(status.model_dump_json(), flush=True)
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
     print(status.model_dump_json())
-    return 0 if status.state is RunState.FINISHED else 1
+    return code
 
 
 if __name__ == "__main__":
