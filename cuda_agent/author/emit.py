@@ -800,7 +800,7 @@ def _row_body(
             # The group's scopes load the same operands at the same coordinates: each such constant declared once
             # (other statements, such as a pooling window's loop, are the scope's own).
             scope = _scope_body(kernel, red.scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
-            body += [stmt for stmt in scope if not (_CONST.match(stmt) and stmt in body)]
+            _declare_once(body, scope)
             if _compensated(red.node.op, t, share):
                 lines.append(f"{t} comp_{red.var} = ({t})0;")
                 body += _kahan(f"acc_{red.var}", f"comp_{red.var}", red.value, t)

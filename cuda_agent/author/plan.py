@@ -674,9 +674,8 @@ class Planner:
                 branch = Scope(memo=dict(scope.memo), identity_loads=scope.identity_loads)
                 value = self.value(kernel, branch, src, (*coords[:dim], clamped, *coords[dim + 1 :]))
                 offset += size
-                test = f"if ({coords[dim]} < {offset}LL) {{"
-                head = "{" if last == 0 else test if piece == 0 else f"}} else {test}" if piece < last else "} else {"
-                scope.stmts += [head, *branch.stmts, f"{var} = {value};"]
+                opening = f"if ({coords[dim]} < {offset}LL) {{" if piece < last else "{"
+                scope.stmts += [opening if piece == 0 else f"}} else {opening}", *branch.stmts, f"{var} = {value};"]
             scope.stmts.append("}")
             return var
         if op == "pad":

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as torch_dist
 
     code = 0 if status.state is RunState.FINISHED else 1
+    print(status.model_dump_json(), flush=True)
     if torch_dist.is_initialized():
         # Under torchrun: the ranks end together (none tears its connections down while another still writes its
         # checkpoint), the process group ends before the interpreter does, and the process leaves without the
@@ -36,11 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         # a thread of the communication library destroyed still joinable), rarely but after its work was done.
         torch_dist.barrier()
         torch_dist.destroy_process_group()
-        print(status.model_dump_json(), flush=True)
         logging.shutdown()
         sys.stderr.flush()
         os._exit(code)
-    print(status.model_dump_json())
     return code
 
 
