@@ -53,11 +53,10 @@ _VALUES_OF = frozenset(
     }
 )
 _OPERAND = (torch.fx.Node, bool, int, float)
-# Recurrent layers are traced as their cells unrolled over every step of every layer and direction: an LSTM's step
-# came to ~5 kernels and 26 KB of source (2 layers x 16 steps: 152 kernels, 0.84 MB), so emit.MAX_SOURCE_BYTES
-# holds about 150 steps. Longer ones are refused before tracing them (a 6-layer LSTM over 512 steps took 8-11 min
-# to trace, 70,720 nodes, only to be refused for its 80 MB of source).
-RNN_CELL_STEPS = 128
+# Recurrent layers (torch._VF's calls, one a module) become per layer and direction the input's projection, a
+# product over every step at once, and a ``recurrence`` node of the rest (``_recurrent_layers``): traced as torch
+# runs them, they were every cell unrolled (an LSTM step came to ~5 kernels and 26 KB of source; a 6-layer LSTM over
+# 512 steps took 8-11 min to trace, 70,720 nodes, and 80 MB of source no build finishes).
 _RECURRENT = {
     torch._VF.lstm: "lstm",
     torch._VF.gru: "gru",
@@ -353,21 +352,88 @@ def _legacy_functions_inlined() -> Iterator[None]:
             del cls.apply
 
 
-def _bounded_recurrence(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    """A recurrent layer's call, refused before it is traced when it has more than RNN_CELL_STEPS cells (torch traces
-    it as its cells, step by step)."""
-    # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first); a packed
-    # sequence's call (data, batch_sizes, hx, params, ...) is traced as it comes
-    if not kwargs and not isinstance(args[3], list | tuple):
-        x, layers, bidirectional, batch_first = args[0], args[4], args[7], args[8]
-        steps = x.shape[1 if batch_first and x.dim() == 3 else 0]
-        cells = steps * layers * (2 if bidirectional else 1)
-        if cells > RNN_CELL_STEPS:
-            raise Unsupported(
-                f"{_RECURRENT[func]}: {cells} cell steps ({layers} layer{'s' * (layers != 1)} x {steps} steps"
-                f"{' x 2 directions' if bidirectional else ''}), more than the {RNN_CELL_STEPS} the author unrolls"
-            )
-    return func(*args, **kwargs)
+@torch.library.custom_op(
+    "cuda_agent::recurrence",
+    mutates_args=(),
+    schema="(Tensor gates, Tensor h0, Tensor? c0, Tensor w_hh, Tensor? b_hh, str mode, bool reverse) -> Tensor",
+)
+def recurrence(
+    gates: torch.Tensor,
+    h0: torch.Tensor,
+    c0: torch.Tensor | None,
+    w_hh: torch.Tensor,
+    b_hh: torch.Tensor | None,
+    mode: str,
+    reverse: bool,
+) -> torch.Tensor:
+    """One layer and direction of a recurrent layer after its input's projection: ``gates`` [steps, batch, G x
+    hidden] (the projection and its bias, G = ir.GATES[mode]) plus ``w_hh`` h + ``b_hh`` each step, through the cell of
+    ``mode`` (torch's gate order: LSTM i, f, g, o; GRU r, z, n), from the last step back where ``reverse``. Returns
+    every step's hidden state at its step, [steps, batch, hidden], and an LSTM's last cell state after them (one
+    row more). This is what the kernels compute (emit.py); here it defines the op for torch."""
+    steps, out = gates.shape[0], _states_like(gates, h0, mode)
+    h, c = h0, h0 if c0 is None else c0  # (the cell state an LSTM's only)
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        hh = h @ w_hh.t() if b_hh is None else h @ w_hh.t() + b_hh
+        x = gates[t]
+        if mode == "lstm":
+            i, f, g, o = (x + hh).chunk(4, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        elif mode == "gru":
+            (xr, xz, xn), (hr, hz, hn) = x.chunk(3, -1), hh.chunk(3, -1)
+            r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+            h = (1 - z) * torch.tanh(xn + r * hn) + z * h
+        else:
+            h = torch.tanh(x + hh) if mode == "rnn_tanh" else torch.relu(x + hh)
+        out[t] = h
+    if mode == "lstm":
+        out[steps] = c
+    return out
+
+
+def _states_like(gates: torch.Tensor, h0: torch.Tensor, mode: str) -> torch.Tensor:
+    """``recurrence``'s output, uninitialized: a hidden state a step, and an LSTM's cell state after them."""
+    return gates.new_empty((gates.shape[0] + (mode == "lstm"), *h0.shape))
+
+
+recurrence.register_fake(lambda gates, h0, c0, w_hh, b_hh, mode, reverse: _states_like(gates, h0, mode))
+
+
+def _recurrent_layers(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """A recurrent layer's call as what it computes, layer by layer and direction by direction: the input's
+    projection over every step (one product: a step's gates do not wait on the step before for it) and a
+    ``recurrence`` node for the rest; a bidirectional layer's outputs concatenated for the next layer. A packed
+    sequence's call (data, batch_sizes, hx, params, ...) is traced as it comes."""
+    if kwargs or isinstance(args[3], list | tuple) or args[0].dim() != 3:
+        return func(*args, **kwargs)
+    mode = _RECURRENT[func]
+    x, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first = args
+    if train and dropout and layers > 1:
+        raise Unsupported(f"{mode}: dropout between layers in training mode (random)")
+    directions, per = 1 + bool(bidirectional), 4 if has_biases else 2
+    if len(params) != layers * directions * per:
+        raise Unsupported(f"{mode} with projections (proj_size)")
+    h0, c0 = hx if mode == "lstm" else (hx, None)
+    x = x.transpose(0, 1) if batch_first else x
+    steps = x.shape[0]
+    last_h, last_c = [], []
+    for layer in range(layers):
+        outputs = []
+        for d in range(directions):
+            i = layer * directions + d
+            w_ih, w_hh, *biases = params[i * per : (i + 1) * per]
+            gates = torch.nn.functional.linear(x, w_ih, biases[0] if biases else None)
+            cell = None if c0 is None else c0[i]
+            states = recurrence(gates, h0[i], cell, w_hh, biases[1] if biases else None, mode, d == 1)
+            outputs.append(states[:steps])
+            last_h.append(states[0 if d else steps - 1])
+            if mode == "lstm":
+                last_c.append(states[steps])
+        x = torch.cat(outputs, -1) if directions == 2 else outputs[0]
+    out = (x.transpose(0, 1) if batch_first else x, torch.stack(last_h))
+    return (*out, torch.stack(last_c)) if mode == "lstm" else out
 
 
 def _scalar_tensor(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -417,7 +483,7 @@ _REWRITES: dict[Any, Callable[[Any, Any, dict[str, Any]], Any]] = {
     torch.tensor: _scalar_tensor,
     torch.as_tensor: _scalar_tensor,
     torch.nn.functional.embedding_bag: _fixed_bags,
-    **dict.fromkeys(_RECURRENT, _bounded_recurrence),
+    **dict.fromkeys(_RECURRENT, _recurrent_layers),
 }
 
 
@@ -720,6 +786,11 @@ def _convert(
     if op in scans and len(args) >= 1 and not kw.get("dtype"):
         dim = raw[1] % max(len(shape), 1)
         return Node(name, scans[op], OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})
+    if qualified == "cuda_agent.recurrence":
+        gates, h0, c0, w_hh, b_hh, mode, reverse = raw
+        operands = tuple(x for x in (gates, h0, c0, w_hh, b_hh) if x is not None)
+        attrs = {"mode": mode, "reverse": reverse, "cell": c0 is not None, "bias": b_hh is not None}
+        return Node(name, "recurrence", OpKind.RECURRENCE, shape, dtype, operands, attrs)
     return _index_or_window(name, op, qualified, raw, args, kw, shape, dtype)
 
 

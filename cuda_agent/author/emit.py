@@ -24,13 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from cuda_agent.author.ir import HALF_TYPES, Node, OpKind, Unsupported, loaded, reduction, stored
+from cuda_agent.author.ir import GATES, HALF_TYPES, Node, OpKind, Unsupported, loaded, reduction, stored
 from cuda_agent.author.plan import (
     ConvKernel,
     FusedReduction,
     GemmKernel,
     Kernel,
     Plan,
+    RecurrenceKernel,
     RowKernel,
     Scope,
     c_literal,
@@ -425,7 +426,7 @@ def _params(kernel: RowKernel, device: str) -> tuple[str, str]:
     return ", ".join(decl), ", ".join(names)
 
 
-def _launcher_params(kernel: RowKernel | GemmKernel | ConvKernel, device: str) -> str:
+def _launcher_params(kernel: Kernel, device: str) -> str:
     decl = [f"const {n.storage}* {b}" for b, n in kernel.reads.items()]
     decl += [f"{n.storage}* {b}" for b, n in kernel.writes.items()]
     if device == "cuda":
@@ -2770,6 +2771,156 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
 """
 
 
+# A recurrence's step on the GPU: a warp per hidden unit and group of up to RECURRENCE_ROWS batch rows. Its lanes
+# split the unit's rows of W_hh along k (a warp's loads are one contiguous run; the batch rows' hidden states come
+# from L1, which every warp of the block reads alike), shuffles gather the sums into every lane, and lane r applies
+# the cell to batch row r of the group. A step is a launch: the next one needs every unit's hidden state.
+RECURRENCE_ROWS = 8
+RECURRENCE_UNITS = 8  # warps (hidden units) a block
+
+
+def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], at: str, b: str, j: str) -> list[str]:
+    """The statements of the cell of batch row ``b`` and unit ``j`` at step ``t`` (``at`` = b x hidden + j, the
+    flat index within a step): each gate g from the step's projected input, its sum over the last hidden state
+    ``sums(g)`` (W_hh's row by ``h_prev``) and b_hh; an LSTM's cell state from ``c_prev``. Stores the hidden state
+    at the step, and an LSTM's cell state after the steps (where the next step reads it)."""
+    mode, node = k.node.attrs["mode"], k.node
+    steps, batch, hidden = k.sizes
+    c, gates = node.ctype, GATES[mode]
+    row = f"(t * {batch}LL + {b}) * {gates * hidden}LL + {j}"
+    lines = []
+    for g in range(gates):
+        lines.append(f"const {c} x{g} = {loaded(k.reads[k.gates], f'{k.gates}[{row} + {g * hidden}LL]')};")
+        bias = f" + {loaded(k.reads[k.b_hh], f'{k.b_hh}[{g * hidden}LL + {j}]')}" if k.b_hh else ""
+        lines.append(f"const {c} r{g} = {sums(g)}{bias};")
+
+    def sigmoid(v: str) -> str:
+        return f"(({c})1 / (({c})1 + exp(-({v}))))"
+
+    if mode == "lstm":
+        lines += [
+            f"const {c} cell = {sigmoid('x1 + r1')} * c_prev[{at}] + {sigmoid('x0 + r0')} * tanh(x2 + r2);",
+            f"const {c} h = {sigmoid('x3 + r3')} * tanh(cell);",
+            stored(node, f"{k.out}[{steps * batch * hidden}LL + {at}]", "cell"),
+        ]
+    elif mode == "gru":
+        lines += [
+            f"const {c} z = {sigmoid('x1 + r1')};",
+            f"const {c} h = (({c})1 - z) * tanh(x2 + {sigmoid('x0 + r0')} * r2) + z * h_prev[{at}];",
+        ]
+    else:
+        lines.append(f"const {c} h = {'tanh(x0 + r0)' if mode == 'rnn_tanh' else f'fmax(x0 + r0, ({c})0)'};")
+    return [*lines, stored(node, f"{k.out}[t * {batch * hidden}LL + {at}]", "h")]
+
+
+def _recurrence_steps(k: RecurrenceKernel, step: list[str]) -> str:
+    """The loop over ``k``'s steps, in the direction of its node, around the statements of one ``step``: ``t`` the
+    step's index, ``h_prev`` (and an LSTM's ``c_prev``) the state it starts from."""
+    steps, batch, hidden = k.sizes
+    st, reverse = k.node.storage, k.node.attrs["reverse"]
+    head = [
+        f"const int64_t t = {f'{steps - 1}LL - s' if reverse else 's'};",
+        f"const {st}* h_prev = s == 0 ? {k.h0} : {k.out} + ({'t + 1' if reverse else 't - 1'}) * {batch * hidden}LL;",
+    ]
+    if k.c0 is not None:  # the cell state is carried in the output, after the steps' hidden states
+        head.append(f"const {st}* c_prev = s == 0 ? {k.c0} : {k.out} + {steps * batch * hidden}LL;")
+    return f"""for (int64_t s = 0; s < {steps}LL; ++s) {{
+{_indent([*head, *step], 8)}
+    }}"""
+
+
+def _recurrence_sums(k: RecurrenceKernel) -> tuple[int, str]:
+    """(the gates, the C expression of gate g's row of W_hh at column q: unit j's, g x hidden + j)."""
+    hidden = k.sizes[2]
+    return GATES[k.node.attrs["mode"]], loaded(k.reads[k.w_hh], f"{k.w_hh}[(g * {hidden}LL + j) * {hidden}LL + q]")
+
+
+def _cpu_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
+    _, batch, hidden = k.sizes
+    gates, w = _recurrence_sums(k)
+    c = k.node.ctype
+    step = [
+        variant.omp_pragma(gates * batch * hidden * hidden),
+        f"for (int64_t at = 0; at < {batch * hidden}LL; ++at) {{",
+        f"    const int64_t b = at / {hidden}LL, j = at % {hidden}LL;",
+        f"    {c} sum[{gates}];",
+        f"    for (int64_t g = 0; g < {gates}; ++g) {{",
+        f"        {c} acc = 0;",
+        f"        for (int64_t q = 0; q < {hidden}LL; ++q) acc += {w} * h_prev[b * {hidden}LL + q];",
+        "        sum[g] = acc;",
+        "    }",
+        *("    " + line for line in _recurrence_cell(k, lambda g: f"sum[{g}]", "at", "b", "j")),
+        "}",
+    ]
+    return f"""
+// {k.describe()}
+extern "C" void {k.name}({_launcher_params(k, "cpu")}) {{
+    {_recurrence_steps(k, step)}
+}}
+"""
+
+
+def _cuda_recurrence(k: RecurrenceKernel) -> str:
+    _, batch, hidden = k.sizes
+    gates, w = _recurrence_sums(k)
+    c, st = k.node.ctype, k.node.storage
+    rows = min(RECURRENCE_ROWS, batch)
+    # The last states are read where this launch writes others (the output holds them): not __restrict__
+    params = [f"const {st}* __restrict__ {k.gates}", f"const {st}* h_prev", f"const {st}* __restrict__ {k.w_hh}"]
+    args = [k.gates, "h_prev", k.w_hh]
+    if k.c0 is not None:
+        params.append(f"const {st}* c_prev")
+        args.append("c_prev")
+    if k.b_hh is not None:
+        params.append(f"const {st}* __restrict__ {k.b_hh}")
+        args.append(k.b_hh)
+    params += [f"{st}* {k.out}", "int64_t t"]
+    args += [k.out, "t"]
+    cell = _recurrence_cell(k, lambda g: f"mine[{g}]", "at", "b", "j")
+    launch = f"{k.name}_step<<<grid, {32 * RECURRENCE_UNITS}, 0, stream>>>({', '.join(args)});"
+    return f"""
+// {k.describe()}
+__global__ void __launch_bounds__({32 * RECURRENCE_UNITS}) {k.name}_step({", ".join(params)}) {{
+    const int lane = threadIdx.x % 32;
+    const int64_t j = (int64_t)blockIdx.x * {RECURRENCE_UNITS} + threadIdx.x / 32;  // the warp's hidden unit
+    const int64_t row0 = (int64_t)blockIdx.y * {rows};
+    if (j >= {hidden}LL) return;  // the whole warp
+    {c} acc[{gates}][{rows}] = {{}};
+    for (int64_t q = lane; q < {hidden}LL; q += 32) {{
+        {c} w[{gates}];
+#pragma unroll
+        for (int g = 0; g < {gates}; ++g) w[g] = {w};
+#pragma unroll
+        for (int r = 0; r < {rows}; ++r) {{
+            if (row0 + r >= {batch}LL) break;
+            const {c} v = {loaded(k.node, f"h_prev[(row0 + r) * {hidden}LL + q]")};
+#pragma unroll
+            for (int g = 0; g < {gates}; ++g) acc[g][r] += w[g] * v;
+        }}
+    }}
+    {c} mine[{gates}];  // lane r's batch row's sums
+#pragma unroll
+    for (int g = 0; g < {gates}; ++g) {{
+#pragma unroll
+        for (int r = 0; r < {rows}; ++r) {{
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) acc[g][r] += __shfl_xor_sync(0xffffffffu, acc[g][r], offset);
+            if (r == 0 || lane == r) mine[g] = acc[g][r];
+        }}
+    }}
+    if (lane < {rows} && row0 + lane < {batch}LL) {{
+        const int64_t b = row0 + lane, at = b * {hidden}LL + j;
+{_indent(cell, 8)}
+    }}
+}}
+
+extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
+    const dim3 grid({-(-hidden // RECURRENCE_UNITS)}, {-(-batch // rows)});
+    {_recurrence_steps(k, [launch])}
+}}
+"""
+
+
 def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
     """The plan as ``variant`` runs it, which ``emit_source`` and ``emit_model_new`` take: its float math in the
     variant's forms, and the elementwise kernels after our own products and convolutions fused into them as
@@ -2834,6 +2985,8 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             parts.append(vendor or mma16 or (_cuda_gemm_wmma(k) if wmma else own))
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))
+        elif isinstance(k, RecurrenceKernel):
+            parts.append(_cuda_recurrence(k) if device == "cuda" else _cpu_recurrence(k, variant))
         else:
             parts.append(_cuda_row(k, variant) if device == "cuda" else _cpu_row(k, variant))
     # The declarations the build links the vendor libraries by (compile/libraries.py).
@@ -2896,7 +3049,7 @@ def emit_model_new(plan: Plan, problem_source: str, device: str, workdir: bool =
             )
     for k in plan.kernels:
         call = f"self._kernels.{k.name}({', '.join([*k.reads, *k.writes])})"
-        if isinstance(k, RowKernel):
+        if isinstance(k, RowKernel | RecurrenceKernel):
             lines.append(call)
         else:  # a vendor library's launcher returns its status (our own kernels' launchers return nothing)
             lines += [f"if {call}:", f"    raise RuntimeError('{k.name}: the vendor library returned an error status')"]

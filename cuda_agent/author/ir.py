@@ -28,7 +28,11 @@ class OpKind(StrEnum):
     INDEX = "index"  # reads a source at data-dependent or piecewise coordinates: embedding, gather, cat, iota
     WINDOW = "window"  # a reduction over a sliding window of a materialized source: pooling
     SCAN = "scan"  # cumulative sum / product along one dim, written by a kernel of its own
+    RECURRENCE = "recurrence"  # a recurrent layer's steps after its input's projection (capture.recurrence)
 
+
+# Gates of a recurrent layer's cell by mode (a RECURRENCE node's attrs["mode"]): rows of its weights per hidden unit.
+GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
 # IR pointwise op -> C expression template over the arguments {0}, {1}, ... Every template computes in the
 # node's C type; comparisons yield bool. Names are aten's (overload packet names), shared by aten and prims.

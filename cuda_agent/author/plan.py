@@ -300,7 +300,36 @@ class ConvKernel:
         )
 
 
-Kernel = RowKernel | GemmKernel | ConvKernel
+@dataclass
+class RecurrenceKernel:
+    """A recurrent layer's steps in one direction (``capture.recurrence``): each step's gates from the projected
+    input (``gates``) and the last hidden state (``h0`` first) by ``w_hh`` and ``b_hh``, through the cell, into
+    ``out`` (every step's hidden state at its step, an LSTM's cell state after them, from ``c0``). Buffers are
+    contiguous; ``c0`` and ``b_hh`` are None where the node has none."""
+
+    name: str
+    node: Node
+    gates: str
+    h0: str
+    c0: str | None
+    w_hh: str
+    b_hh: str | None
+    out: str
+    reads: dict[str, Node] = field(default_factory=dict)
+    writes: dict[str, Node] = field(default_factory=dict)
+
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        """(steps, batch, hidden)."""
+        return self.reads[self.gates].shape[0], self.node.shape[1], self.node.shape[2]
+
+    def describe(self) -> str:
+        a, (steps, batch, hidden) = self.node.attrs, self.sizes
+        way = ", last step first" if a["reverse"] else ""
+        return f"{self.name}: {a['mode']} over {steps} steps{way}, batch {batch}, hidden {hidden} -> {self.out}"
+
+
+Kernel = RowKernel | GemmKernel | ConvKernel | RecurrenceKernel
 
 
 @dataclass
@@ -336,11 +365,11 @@ class Plan:
                     f"reductions {reds}; writes {', '.join(k.writes)}"
                 )
                 continue
-            if isinstance(k, ConvKernel):
+            if isinstance(k, ConvKernel | RecurrenceKernel):
                 lines.append(k.describe())
             else:
                 lines.append(f"{k.name}: {k.node.op} [{k.batch}x]{k.m}x{k.n}x{k.k} -> {k.out}")
-            if k.epilogue is not None:
+            if not isinstance(k, RecurrenceKernel) and k.epilogue is not None:
                 lines[-1] += f"; epilogue {k.epilogue.name} writes {', '.join(k.epilogue.writes)}"
         return "\n".join(lines)
 
@@ -428,6 +457,8 @@ class Planner:
         # The kernel's name and the buffer are recorded only once its producers are planned (they come first).
         if node.kind is OpKind.CONVOLUTION:
             return self._add(self._conv(node, name), node, name)
+        if node.kind is OpKind.RECURRENCE:
+            return self._add(self._recurrence(node, name), node, name)
         if node.kind is OpKind.CONTRACTION and self._diagonal_side(node) is None:
             gemm = self._gemm(node, name)
             return self._add(gemm, node, name)
@@ -939,9 +970,33 @@ class Planner:
         kernel.writes = {out: node}
         return kernel
 
+    def _recurrence(self, node: Node, out: str) -> RecurrenceKernel:
+        # An LSTM's cell state is carried in its output's type between steps, as float32 (or float64) keeps it
+        if node.dtype not in ("float32", "float64") or any(a.dtype != node.dtype for a in node.args):
+            raise Unsupported(f"{node.attrs['mode']} in {node.dtype}")
+        operands = iter(node.args)
+        gates, h0 = next(operands), next(operands)
+        c0 = next(operands) if node.attrs["cell"] else None
+        w_hh = next(operands)
+        b_hh = next(operands) if node.attrs["bias"] else None
+        buffers = {x: self._contiguous(x) for x in node.args}
+        kernel = RecurrenceKernel(
+            "",
+            node,
+            buffers[gates],
+            buffers[h0],
+            None if c0 is None else buffers[c0],
+            buffers[w_hh],
+            None if b_hh is None else buffers[b_hh],
+            out,
+        )
+        kernel.reads = {b: x for x, b in buffers.items()}
+        kernel.writes = {out: node}
+        return kernel
+
 
 # Kinds that a kernel of their own writes to a contiguous buffer: readers load them (through views, by strides).
-_MATERIALIZED = frozenset({OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.SCAN, OpKind.CONVOLUTION})
+_MATERIALIZED = frozenset({OpKind.REDUCTION, OpKind.CONTRACTION, OpKind.SCAN, OpKind.CONVOLUTION, OpKind.RECURRENCE})
 
 
 # Pointwise ops whose operands keep their own types (the others' are converted to the result's).

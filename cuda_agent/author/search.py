@@ -28,7 +28,7 @@ from cuda_agent.author.emit import (
     warp_rows,
 )
 from cuda_agent.author.ir import FAST_FLOAT, HALF_TYPES, Unsupported
-from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RowKernel, plan_graph
+from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RecurrenceKernel, RowKernel, plan_graph
 
 DEFAULT_BUDGET_S = 180.0
 AUTHOR_TIMEOUT_S = 120.0
@@ -46,7 +46,8 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
     gemms = [k for k in plan.kernels if isinstance(k, GemmKernel)]
     convs = [k for k in plan.kernels if isinstance(k, ConvKernel)]
-    own_only, has_conv = not rows, bool(convs)
+    recurrences = any(isinstance(k, RecurrenceKernel) for k in plan.kernels)
+    own_only, has_conv = not rows and not recurrences, bool(convs)
     # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
     # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread. Float32 products
     # also run as three TF32 tensor-core products (float32's accuracy: emit._tf32x3_steps), second (below).

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.author import problems
 from tests.author.helpers import run_cpu
 from tests.author.problems import problem
 
@@ -422,6 +423,12 @@ CASES: dict[str, tuple[str, str, str, str]] = {
 def case_source(name: str) -> str:
     init, forward, inputs, args = CASES[name]
     return problem(f"        {init}", f"        {forward}", inputs, args=args)
+
+
+def test_recurrences_match_the_reference_on_the_cpu(tmp_path: Path) -> None:
+    ours, refs = run_cpu(problems.RECURRENCES, tmp_path)
+    for out, ref in zip(ours, refs, strict=True):
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -13,7 +13,7 @@ import torch
 
 from cuda_agent.author import capture_problem, emit, plan_graph
 from cuda_agent.author.emit import Variant, variant_plan
-from cuda_agent.author.plan import RowKernel
+from cuda_agent.author.plan import RecurrenceKernel, RowKernel
 from cuda_agent.author.search import variants
 from tests.author import problems
 from tests.author.helpers import run_emulated_cuda
@@ -224,6 +224,15 @@ def test_our_gemm_kernels_match_the_reference_emulated(name: str, tmp_path: Path
     ours = [v for v in variants(plan_graph(capture_problem(source)), "cuda") if v.gemm in OUR_FP32_GEMMS]
     assert {v.gemm for v in ours} == set(OUR_FP32_GEMMS)
     _match_the_reference(source, tmp_path, ours)
+
+
+def test_recurrences_match_the_reference_emulated(tmp_path: Path) -> None:
+    """A recurrence's steps (emit._cuda_recurrence): a warp per unit and group of batch rows, its sums shuffled to
+    every lane, each lane a batch row's cell; every mode, both directions, with and without biases."""
+    plan = plan_graph(capture_problem(problems.RECURRENCES))
+    assert sum(isinstance(k, RecurrenceKernel) for k in plan.kernels) == 9
+    ours = [v for v in variants(plan, "cuda") if v.gemm == "tf32x3"][:1]
+    _match_the_reference(problems.RECURRENCES, tmp_path, ours)
 
 
 # 16-bit products on mma.sync (emit._cuda_gemm_mma16): each operand's tile copied along k or along its edge (the

@@ -308,6 +308,7 @@ def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> No
         problems.CONV_TRANSPOSE,
         problems.CONV_WIDE,
         problems.TENSOR_ATTRIBUTES,
+        problems.RECURRENCES,
     ],
     ids=[
         "gelu_residual",
@@ -320,6 +321,7 @@ def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> No
         "convt",
         "conv_wide",
         "tensor_attributes",
+        "recurrences",
     ],
 )
 def test_heuristic_returns_a_verified_cuda_candidate(source: str) -> None:

@@ -15,6 +15,7 @@ from cuda_agent.author.plan import (
     CAT_PIECES,
     ConvKernel,
     GemmKernel,
+    RecurrenceKernel,
     RowKernel,
     fuse_epilogues,
     linear_index,
@@ -268,25 +269,42 @@ def test_sources_too_large_to_build_are_refused(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize(
-    ("layer", "call", "size", "refused"),
+    ("layer", "call", "size", "nodes"),
     [
-        # a public size: 6 layers over 512 steps, both ways (tracing it took minutes before it was refused)
-        ("nn.GRU(8, 16, 6, batch_first=True, bidirectional=True)", "self.rnn(x)[1]", "4, 512, 8", "gru: 6144 cell"),
-        ("nn.LSTM(8, 16)", "self.rnn(x)[0]", "129, 4, 8", "lstm: 129 cell steps (1 layer x 129 steps)"),
-        # unbatched: the steps are the first dim
-        ("nn.RNN(8, 16, 2)", "self.rnn(x)[0]", "65, 8", "rnn_tanh: 130 cell steps (2 layers x 65 steps)"),
-        ("nn.RNN(8, 16, 2)", "self.rnn(x)[0]", "64, 8", None),
+        # a public size: 6 layers over 512 steps, both ways (traced as its cells, it took minutes to be refused)
+        ("nn.GRU(8, 16, 6, batch_first=True, bidirectional=True)", "self.rnn(x)[1]", "4, 512, 8", 12),
+        ("nn.LSTM(8, 16, 3, bias=False)", "self.rnn(x)[1][1]", "700, 4, 8", 3),
+        # unbatched: nn.RNN adds the batch dim around its call
+        ("nn.RNN(8, 16, 2, nonlinearity='relu')", "self.rnn(x)[0]", "65, 8", 2),
     ],
 )
-def test_recurrent_layers_of_too_many_cells_are_refused_before_tracing(
-    layer: str, call: str, size: str, refused: str | None
-) -> None:
+def test_a_recurrent_layer_is_a_recurrence_a_layer_and_direction(layer: str, call: str, size: str, nodes: int) -> None:
+    """Each layer and direction is its input's projection (a product over every step) and one recurrence node,
+    whatever the steps: nothing is unrolled."""
     source = problems.problem(f"        self.rnn = {layer}", f"        return {call}", f"[torch.randn({size})]")
-    if refused is None:
-        assert capture_problem(source).nodes
-        return
+    graph = capture_problem(source)
+    recurrences = [n for n in graph.nodes if n.kind is OpKind.RECURRENCE]
+    assert len(recurrences) == nodes and len(graph.nodes) < 40 * nodes
+    assert sum(n.attrs["reverse"] for n in recurrences) == nodes // 2 * ("bidirectional" in layer)
+    kinds = {type(k) for k in plan_graph(graph).kernels}
+    assert RecurrenceKernel in kinds and GemmKernel in kinds
+
+
+@pytest.mark.parametrize(
+    ("layer", "refused"),
+    [
+        ("nn.LSTM(8, 16, proj_size=4)", "lstm with projections (proj_size)"),
+        ("nn.GRU(8, 16, 2, dropout=0.5)", "gru: dropout between layers in training mode (random)"),
+        ("nn.LSTM(8, 16).half()", "lstm in float16"),
+    ],
+)
+def test_recurrent_layers_the_author_cannot_express_are_refused(layer: str, refused: str) -> None:
+    dtype = "torch.float16" if ".half()" in layer else "torch.float32"
+    source = problems.problem(
+        f"        self.rnn = {layer}", "        return self.rnn(x)[0]", f"[torch.randn(5, 3, 8, dtype={dtype})]"
+    )
     with pytest.raises(Unsupported, match=re.escape(refused)):
-        capture_problem(source)
+        plan_graph(capture_problem(source))
 
 
 def test_rrelu_in_training_mode_is_refused() -> None:
@@ -379,8 +397,10 @@ def test_a_convolution_takes_its_bias_and_activation_as_an_epilogue() -> None:
 
 def _recurrence(steps: int) -> str:
     return problems.problem(
-        "        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True)",
-        "        return self.lstm(x)[0]",
+        "        self.cell = nn.LSTMCell(8, 16)",
+        "        h = c = torch.zeros(2, 16)\n        outs = []\n        for t in range(x.shape[1]):\n"
+        "            h, c = self.cell(x[:, t], (h, c))\n            outs.append(h)\n"
+        "        return torch.stack(outs, 1)",
         f"[torch.randn(2, {steps}, 8)]",
     )
 

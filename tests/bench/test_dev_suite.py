@@ -46,6 +46,7 @@ CATEGORIES = {
     "conv": 4,
     "scan": 3,
     "index": 5,
+    "rnn": 2,
     "fused": 12,
 }
 # The operators the suite promises to exercise, as eager PyTorch dispatches them (overload packet names).
