@@ -2771,12 +2771,36 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
 """
 
 
-# A recurrence's step on the GPU: a warp per hidden unit and group of up to RECURRENCE_ROWS batch rows. Its lanes
-# split the unit's rows of W_hh along k (a warp's loads are one contiguous run; the batch rows' hidden states come
-# from L1, which every warp of the block reads alike), shuffles gather the sums into every lane, and lane r applies
-# the cell to batch row r of the group. A step is a launch: the next one needs every unit's hidden state.
+# A recurrence's steps on the GPU: one cooperative launch for all of them, blocks meeting at a grid barrier after
+# each step (the next needs every unit's hidden state). The work of a step is groups of RECURRENCE_UNITS hidden units
+# by up to RECURRENCE_ROWS batch rows, a warp a unit: its lanes split the unit's rows of W_hh along k (a warp's
+# loads one contiguous run) and the group's last hidden states, shuffles gather the sums into every lane, and lane r
+# applies the cell to batch row r. The blocks, as many as run at once (and no more than the groups), stride over the
+# groups. Where the cooperative launch is refused, the same kernel runs a launch a step, a block a group.
 RECURRENCE_ROWS = 8
-RECURRENCE_UNITS = 8  # warps (hidden units) a block
+RECURRENCE_UNITS = 8
+# The grid barrier: arrivals and a generation a kernel (``{name}_sync``), the last block to arrive resets the
+# arrivals and opens the next generation. A block reads the generation before it arrives, so it cannot miss it.
+GRID_BARRIER = """
+__device__ __forceinline__ void grid_barrier(unsigned* sync, unsigned blocks) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* generation = sync + 1;
+        const unsigned seen = *generation;
+        __threadfence();
+        if (atomicAdd(sync, 1u) == blocks - 1) {
+            sync[0] = 0;
+            __threadfence();
+            atomicAdd(sync + 1, 1u);
+        } else {
+            while (*generation == seen) {
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+"""
 
 
 def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], at: str, b: str, j: str) -> list[str]:
@@ -2813,9 +2837,9 @@ def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], at: str, b
     return [*lines, stored(node, f"{k.out}[t * {batch * hidden}LL + {at}]", "h")]
 
 
-def _recurrence_steps(k: RecurrenceKernel, step: list[str]) -> str:
-    """The loop over ``k``'s steps, in the direction of its node, around the statements of one ``step``: ``t`` the
-    step's index, ``h_prev`` (and an LSTM's ``c_prev``) the state it starts from."""
+def _recurrence_steps(k: RecurrenceKernel, first: str, end: str, step: list[str]) -> str:
+    """The loop over ``k``'s steps ``first`` to ``end`` (in the order of its direction) around the statements of one
+    ``step``: ``t`` the step's index, ``h_prev`` (and an LSTM's ``c_prev``) the state it starts from."""
     steps, batch, hidden = k.sizes
     st, reverse = k.node.storage, k.node.attrs["reverse"]
     head = [
@@ -2824,7 +2848,7 @@ def _recurrence_steps(k: RecurrenceKernel, step: list[str]) -> str:
     ]
     if k.c0 is not None:  # the cell state is carried in the output, after the steps' hidden states
         head.append(f"const {st}* c_prev = s == 0 ? {k.c0} : {k.out} + {steps * batch * hidden}LL;")
-    return f"""for (int64_t s = 0; s < {steps}LL; ++s) {{
+    return f"""for (int64_t s = {first}; s < {end}; ++s) {{
 {_indent([*head, *step], 8)}
     }}"""
 
@@ -2855,36 +2879,29 @@ def _cpu_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
     return f"""
 // {k.describe()}
 extern "C" void {k.name}({_launcher_params(k, "cpu")}) {{
-    {_recurrence_steps(k, step)}
+    {_recurrence_steps(k, "0", f"{k.sizes[0]}LL", step)}
 }}
 """
 
 
 def _cuda_recurrence(k: RecurrenceKernel) -> str:
-    _, batch, hidden = k.sizes
+    steps, batch, hidden = k.sizes
     gates, w = _recurrence_sums(k)
     c, st = k.node.ctype, k.node.storage
     rows = min(RECURRENCE_ROWS, batch)
-    # The last states are read where this launch writes others (the output holds them): not __restrict__
-    params = [f"const {st}* __restrict__ {k.gates}", f"const {st}* h_prev", f"const {st}* __restrict__ {k.w_hh}"]
-    args = [k.gates, "h_prev", k.w_hh]
-    if k.c0 is not None:
-        params.append(f"const {st}* c_prev")
-        args.append("c_prev")
-    if k.b_hh is not None:
-        params.append(f"const {st}* __restrict__ {k.b_hh}")
-        args.append(k.b_hh)
-    params += [f"{st}* {k.out}", "int64_t t"]
-    args += [k.out, "t"]
+    unit_blocks = -(-hidden // RECURRENCE_UNITS)
+    groups = unit_blocks * -(-batch // rows)
+    buffers = [k.gates, k.h0, *([k.c0] if k.c0 else []), k.w_hh, *([k.b_hh] if k.b_hh else [])]
+    # The output holds the states the next step reads, which other blocks wrote in this launch: read from L2
+    # (__ldcg), never through the non-coherent L1 or read-only paths, and not __restrict__ beside the output.
+    params = [f"const {st}* {b}" for b in buffers] + [f"{st}* {k.out}", "int64_t s_first", "int64_t s_end"]
+    names = [*buffers, k.out]
     cell = _recurrence_cell(k, lambda g: f"mine[{g}]", "at", "b", "j")
-    launch = f"{k.name}_step<<<grid, {32 * RECURRENCE_UNITS}, 0, stream>>>({', '.join(args)});"
-    return f"""
-// {k.describe()}
-__global__ void __launch_bounds__({32 * RECURRENCE_UNITS}) {k.name}_step({", ".join(params)}) {{
-    const int lane = threadIdx.x % 32;
-    const int64_t j = (int64_t)blockIdx.x * {RECURRENCE_UNITS} + threadIdx.x / 32;  // the warp's hidden unit
-    const int64_t row0 = (int64_t)blockIdx.y * {rows};
-    if (j >= {hidden}LL) return;  // the whole warp
+    cell = [re.sub(r"\b([hc])_prev\[(\w+)\]", r"__ldcg(&\1_prev[\2])", line) for line in cell]
+    step = f"""for (int64_t group = blockIdx.x; group < {groups}LL; group += gridDim.x) {{
+    const int64_t j = group % {unit_blocks}LL * {RECURRENCE_UNITS} + threadIdx.x / 32;  // the warp's hidden unit
+    const int64_t row0 = group / {unit_blocks}LL * {rows};
+    if (j >= {hidden}LL) continue;  // the whole warp
     {c} acc[{gates}][{rows}] = {{}};
     for (int64_t q = lane; q < {hidden}LL; q += 32) {{
         {c} w[{gates}];
@@ -2893,7 +2910,7 @@ __global__ void __launch_bounds__({32 * RECURRENCE_UNITS}) {k.name}_step({", ".j
 #pragma unroll
         for (int r = 0; r < {rows}; ++r) {{
             if (row0 + r >= {batch}LL) break;
-            const {c} v = {loaded(k.node, f"h_prev[(row0 + r) * {hidden}LL + q]")};
+            const {c} v = {loaded(k.node, f"__ldcg(&h_prev[(row0 + r) * {hidden}LL + q])")};
 #pragma unroll
             for (int g = 0; g < {gates}; ++g) acc[g][r] += w[g] * v;
         }}
@@ -2913,10 +2930,32 @@ __global__ void __launch_bounds__({32 * RECURRENCE_UNITS}) {k.name}_step({", ".j
 {_indent(cell, 8)}
     }}
 }}
+if (s + 1 < s_end) grid_barrier({k.name}_sync, gridDim.x);"""
+    arguments = ", ".join(f"(void*)&{b}" for b in [*names, "s_first", "s_end"])
+    return f"""
+// {k.describe()}
+__device__ unsigned {k.name}_sync[2];  // the grid barrier's arrivals and generation
+
+__global__ void __launch_bounds__({32 * RECURRENCE_UNITS}) {k.name}_steps({", ".join(params)}) {{
+    const int lane = threadIdx.x % 32;
+    {_recurrence_steps(k, "s_first", "s_end", step.splitlines())}
+}}
 
 extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
-    const dim3 grid({-(-hidden // RECURRENCE_UNITS)}, {-(-batch // rows)});
-    {_recurrence_steps(k, [launch])}
+    int device = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {k.name}_steps, {32 * RECURRENCE_UNITS}, 0);
+    const long long resident = (long long)sms * per_sm;
+    int64_t s_first = 0, s_end = {steps}LL;
+    void* arguments[] = {{{arguments}}};
+    const unsigned grid = (unsigned)(resident < {groups}LL ? resident : {groups}LL);
+    if (grid > 0 && cudaLaunchCooperativeKernel({k.name}_steps, dim3(grid), dim3({32 * RECURRENCE_UNITS}), arguments, 0,
+                                                stream) == cudaSuccess)
+        return;
+    cudaGetLastError();  // refused (too few blocks run at once): a launch a step, a block a group
+    for (int64_t s = 0; s < {steps}LL; ++s)
+        {k.name}_steps<<<{groups}, {32 * RECURRENCE_UNITS}, 0, stream>>>({", ".join([*names, "s", "s + 1"])});
 }}
 """
 
@@ -2999,6 +3038,8 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
     # (the 16-bit kernel's stages wait on cp_async_commit / cp_async_wait, defined with the TF32 step)
     if mma16_used or (tensor_cores and any(isinstance(k, GemmKernel | ConvKernel) for k in plan.kernels)):
         parts.insert(1, CUDA_MMA_PRELUDE)
+    if device == "cuda" and any(isinstance(k, RecurrenceKernel) for k in plan.kernels):
+        parts.insert(1, GRID_BARRIER)
     source = "".join(parts)
     if len(source) > MAX_SOURCE_BYTES:
         # A recurrence (an LSTM's steps) inlines every step's gates into the next: no build finishes in time.

@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,8 @@
 #include <deque>
 #include <memory>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 using namespace std;  // exp, fmax, ... resolve to the float overloads, as in CUDA device code
@@ -64,8 +67,9 @@ struct EmuWarp {
     std::barrier<> arrived{32};
     uint64_t lanes[32];
 };
-inline std::barrier<>* emu_block;
-inline std::vector<std::unique_ptr<EmuWarp>> emu_warps;
+// The running block's barrier and warps, a thread's own: a cooperative launch runs its blocks at once.
+inline thread_local std::barrier<>* emu_block;
+inline thread_local std::vector<std::unique_ptr<EmuWarp>>* emu_warps;
 alignas(16) inline unsigned char emu_dynamic_smem[256 * 1024];
 
 inline void __syncthreads() { emu_block->arrive_and_wait(); }
@@ -73,7 +77,7 @@ inline void __syncthreads() { emu_block->arrive_and_wait(); }
 template <typename T>
 T emu_exchange(T v, int source_lane) {
     static_assert(sizeof(T) <= sizeof(uint64_t));
-    EmuWarp& warp = *emu_warps[threadIdx.x >> 5];
+    EmuWarp& warp = *(*emu_warps)[threadIdx.x >> 5];
     std::memcpy(&warp.lanes[threadIdx.x & 31], &v, sizeof(T));
     warp.arrived.arrive_and_wait();
     T out;
@@ -97,7 +101,7 @@ auto __shfl_sync(unsigned, T v, int source_lane) -> decltype(+v) {
     return emu_exchange(+v, source_lane);
 }
 
-inline void __syncwarp(unsigned = 0xffffffffu) { emu_warps[threadIdx.x >> 5]->arrived.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { (*emu_warps)[threadIdx.x >> 5]->arrived.arrive_and_wait(); }
 
 inline unsigned __float_as_uint(float v) {
     unsigned bits;
@@ -243,21 +247,36 @@ inline void emu_mma_16bit(float* d, const unsigned* a, const unsigned* b, float 
 inline void mma_bf16(float* d, const unsigned* a, const unsigned* b) { emu_mma_16bit(d, a, b, emu_bf16); }
 inline void mma_f16(float* d, const unsigned* a, const unsigned* b) { emu_mma_16bit(d, a, b, emu_f16); }
 
+// A block's threads, started: each runs ``kernel`` as its thread of block ``block_index``. ``join`` waits for them.
+struct EmuBlock {
+    std::barrier<> barrier;
+    std::vector<std::unique_ptr<EmuWarp>> warps;
+    std::vector<std::thread> threads;
+    explicit EmuBlock(unsigned block) : barrier(block) {
+        for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<EmuWarp>());
+    }
+    template <typename F>
+    void start(EmuDim block_index, unsigned block, F kernel) {
+        for (unsigned t = 0; t < block; ++t) {
+            threads.emplace_back([=, this] {
+                threadIdx = {t, 0, 0};
+                blockIdx = block_index;
+                emu_block = &barrier;
+                emu_warps = &warps;
+                kernel();
+            });
+        }
+    }
+    void join() {
+        for (auto& thread : threads) thread.join();
+    }
+};
+
 template <typename K, typename... A>
 void emu_block_run(K kernel, EmuDim block_index, unsigned block, A... args) {
-    std::barrier<> block_barrier(block);
-    emu_block = &block_barrier;
-    emu_warps.clear();
-    for (unsigned w = 0; w < (block + 31) / 32; ++w) emu_warps.push_back(std::make_unique<EmuWarp>());
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t) {
-        threads.emplace_back([=] {
-            threadIdx = {t, 0, 0};
-            blockIdx = block_index;
-            kernel(args...);
-        });
-    }
-    for (auto& thread : threads) thread.join();
+    EmuBlock running(block);
+    running.start(block_index, block, [=] { kernel(args...); });
+    running.join();
 }
 
 // A grid-stride kernel's launch: two blocks.
@@ -266,6 +285,51 @@ void emu_launch(K kernel, unsigned grid, unsigned block, size_t, A... args) {
     gridDim = {std::min(grid, 2u), 1, 1};
     blockDim = {block, 1, 1};
     for (unsigned b = 0; b < gridDim.x; ++b) emu_block_run(kernel, EmuDim{b, 0, 0}, block, args...);
+}
+
+// The runtime's answers a cooperative launch is sized by: two SMs of one block each (two blocks run at once).
+enum cudaError_t { cudaSuccess = 0 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
+inline cudaError_t cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
+    *value = 2;
+    return cudaSuccess;
+}
+template <typename K>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, K, int, size_t) {
+    *blocks = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned* address, unsigned value) { return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST); }
+template <typename T>
+T __ldcg(const T* address) {
+    T value;
+    __atomic_load(address, &value, __ATOMIC_SEQ_CST);
+    return value;
+}
+
+// A cooperative launch: every block at once (a grid barrier in the kernel waits for all of them), its arguments
+// given as the runtime takes them, by address.
+template <typename... A, size_t... I>
+void emu_cooperative(void (*kernel)(A...), void** args, std::index_sequence<I...>) {
+    kernel(*static_cast<std::remove_cvref_t<A>*>(args[I])...);
+}
+template <typename... A>
+cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(A...), dim3 grid, dim3 block, void** args, size_t, cudaStream_t) {
+    gridDim = {grid.x, grid.y, grid.z};
+    blockDim = {block.x, 1, 1};
+    std::deque<EmuBlock> blocks;
+    for (unsigned b = 0; b < grid.x; ++b) {
+        blocks.emplace_back(block.x);
+        blocks.back().start(EmuDim{b, 0, 0}, block.x, [=] { emu_cooperative(kernel, args, std::index_sequence_for<A...>{}); });
+    }
+    for (auto& running : blocks) running.join();
+    return cudaSuccess;
 }
 
 // A tiled kernel's launch (a block per tile: the GEMMs): every block.

@@ -92,11 +92,12 @@ TENSOR_ATTRIBUTES = problem(
     "        out, _ = self.lstm(x, (self.h0, self.c0))\n        return out[:, -1, :] * 2.0",
     "[torch.randn(3, 5, 6)]",
 )
-# Recurrent layers of every mode: both directions, without biases, from given states, batch-first, several layers
+# Recurrent layers of every mode: both directions, without biases, from given states, batch-first, several layers;
+# a hidden size of 20 (3 groups of 8 units), more groups than the emulator's cooperative launch has blocks
 RECURRENCES = problem(
     "        self.lstm = nn.LSTM(6, 8, 2, bidirectional=True, bias=False)\n"
     "        self.gru = nn.GRU(6, 5, batch_first=True, bidirectional=True)\n"
-    "        self.rnn = nn.RNN(6, 7, nonlinearity='relu')\n        self.tanh = nn.RNN(6, 4, 2)",
+    "        self.rnn = nn.RNN(6, 7, nonlinearity='relu')\n        self.tanh = nn.RNN(6, 20, 2)",
     "        out, (h, c) = self.lstm(x, (h0, c0))\n"
     "        return out, h, c, self.gru(x.transpose(0, 1))[0], self.rnn(x)[1], self.tanh(x)[0]",
     "[torch.randn(9, 3, 6), torch.randn(4, 3, 8), torch.randn(4, 3, 8)]",
