@@ -355,7 +355,7 @@ def _legacy_functions_inlined() -> Iterator[None]:
 @torch.library.custom_op(
     "cuda_agent::recurrence",
     mutates_args=(),
-    schema="(Tensor gates, Tensor h0, Tensor? c0, Tensor w_hh, Tensor? b_hh, str mode, bool reverse) -> Tensor",
+    schema="(Tensor gates, Tensor h0, Tensor? c0, Tensor w_hh, Tensor? b_hh, str mode) -> Tensor",
 )
 def recurrence(
     gates: torch.Tensor,
@@ -364,48 +364,61 @@ def recurrence(
     w_hh: torch.Tensor,
     b_hh: torch.Tensor | None,
     mode: str,
-    reverse: bool,
 ) -> torch.Tensor:
-    """One layer and direction of a recurrent layer after its input's projection: ``gates`` [steps, batch, G x
-    hidden] (the projection and its bias, G = ir.GATES[mode]) plus ``w_hh`` h + ``b_hh`` each step, through the cell of
-    ``mode`` (torch's gate order: LSTM i, f, g, o; GRU r, z, n), from the last step back where ``reverse``. Returns
-    every step's hidden state at its step, [steps, batch, hidden], and an LSTM's last cell state after them (one
-    row more). This is what the kernels compute (emit.py); here it defines the op for torch."""
-    steps, out = gates.shape[0], _states_like(gates, h0, mode)
-    h, c = h0, h0 if c0 is None else c0  # (the cell state an LSTM's only)
-    for s in range(steps):
-        t = steps - 1 - s if reverse else s
-        hh = h @ w_hh.t() if b_hh is None else h @ w_hh.t() + b_hh
-        x = gates[t]
+    """One layer of a recurrent layer after its input's projection, in D directions (1, or 2: the second from the
+    last step back): ``gates`` [steps, batch, D x G x hidden] (the projection and its bias, G = ir.GATES[mode]) plus
+    ``w_hh[d]`` h + ``b_hh[d]`` each step ([D, G x hidden, hidden], [D, G x hidden]), through the cell of ``mode``
+    (torch's gate order: LSTM i, f, g, o; GRU r, z, n), from ``h0`` (and an LSTM's ``c0``), [D, batch, hidden].
+    Returns each step's hidden states at the step, [steps, batch, D x hidden] (the layer's output, directions side
+    by side), and an LSTM's last cell states after them (one row more). This is what the kernels compute (emit.py);
+    here it defines the op for torch."""
+    (steps, _, _), (directions, _, hidden) = gates.shape, h0.shape
+    out = _states_like(gates, h0, mode)
+    for d in range(directions):
+        h, c = h0[d], h0[d] if c0 is None else c0[d]  # (the cell state an LSTM's only)
+        for s in range(steps):
+            t = steps - 1 - s if d else s
+            hh = h @ w_hh[d].t() if b_hh is None else h @ w_hh[d].t() + b_hh[d]
+            x = gates[t].chunk(directions, -1)[d]
+            if mode == "lstm":
+                i, f, g, o = (x + hh).chunk(4, -1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(c)
+            elif mode == "gru":
+                (xr, xz, xn), (hr, hz, hn) = x.chunk(3, -1), hh.chunk(3, -1)
+                r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+                h = (1 - z) * torch.tanh(xn + r * hn) + z * h
+            else:
+                h = torch.tanh(x + hh) if mode == "rnn_tanh" else torch.relu(x + hh)
+            out[t, :, d * hidden : (d + 1) * hidden] = h
         if mode == "lstm":
-            i, f, g, o = (x + hh).chunk(4, -1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-        elif mode == "gru":
-            (xr, xz, xn), (hr, hz, hn) = x.chunk(3, -1), hh.chunk(3, -1)
-            r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-            h = (1 - z) * torch.tanh(xn + r * hn) + z * h
-        else:
-            h = torch.tanh(x + hh) if mode == "rnn_tanh" else torch.relu(x + hh)
-        out[t] = h
-    if mode == "lstm":
-        out[steps] = c
+            out[steps, :, d * hidden : (d + 1) * hidden] = c
     return out
 
 
 def _states_like(gates: torch.Tensor, h0: torch.Tensor, mode: str) -> torch.Tensor:
-    """``recurrence``'s output, uninitialized: a hidden state a step, and an LSTM's cell state after them."""
-    return gates.new_empty((gates.shape[0] + (mode == "lstm"), *h0.shape))
+    """``recurrence``'s output, uninitialized: each step's hidden states, and an LSTM's cell states after them."""
+    directions, batch, hidden = h0.shape
+    return gates.new_empty((gates.shape[0] + (mode == "lstm"), batch, directions * hidden))
 
 
-recurrence.register_fake(lambda gates, h0, c0, w_hh, b_hh, mode, reverse: _states_like(gates, h0, mode))
+recurrence.register_fake(lambda gates, h0, c0, w_hh, b_hh, mode: _states_like(gates, h0, mode))
+
+
+def _joined(pieces: list[torch.Tensor], stacked: bool) -> torch.Tensor:
+    """Each direction's parameter of one kind joined: stacked, or concatenated; one direction's as it is (a view: no
+    copy to make)."""
+    if len(pieces) == 1:
+        return pieces[0][None] if stacked else pieces[0]
+    return torch.stack(pieces) if stacked else torch.cat(pieces)
 
 
 def _recurrent_layers(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    """A recurrent layer's call as what it computes, layer by layer and direction by direction: the input's
-    projection over every step (one product: a step's gates do not wait on the step before for it) and a
-    ``recurrence`` node for the rest; a bidirectional layer's outputs concatenated for the next layer. A packed
-    sequence's call (data, batch_sizes, hx, params, ...) is traced as it comes."""
+    """A recurrent layer's call as what it computes, layer by layer: the input's projection over every step, both
+    directions' at once (one product: a step's gates do not wait on the step before for it), and a ``recurrence``
+    node for the rest, both directions side by side (they do not wait on each other: a GPU runs them at once, and
+    their outputs are the next layer's input as they lie). A packed sequence's call (data, batch_sizes, hx, params,
+    ...) is traced as it comes."""
     if kwargs or isinstance(args[3], list | tuple) or args[0].dim() != 3:
         return func(*args, **kwargs)
     mode = _RECURRENT[func]
@@ -417,21 +430,21 @@ def _recurrent_layers(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         raise Unsupported(f"{mode} with projections (proj_size)")
     h0, c0 = hx if mode == "lstm" else (hx, None)
     x = x.transpose(0, 1) if batch_first else x
-    steps = x.shape[0]
+    steps, hidden = x.shape[0], h0.shape[-1]
     last_h, last_c = [], []
     for layer in range(layers):
-        outputs = []
-        for d in range(directions):
-            i = layer * directions + d
-            w_ih, w_hh, *biases = params[i * per : (i + 1) * per]
-            gates = torch.nn.functional.linear(x, w_ih, biases[0] if biases else None)
-            cell = None if c0 is None else c0[i]
-            states = recurrence(gates, h0[i], cell, w_hh, biases[1] if biases else None, mode, d == 1)
-            outputs.append(states[:steps])
-            last_h.append(states[0 if d else steps - 1])
+        ways = [params[(layer * directions + d) * per :][:per] for d in range(directions)]
+        w_ih, w_hh = _joined([w[0] for w in ways], False), _joined([w[1] for w in ways], True)
+        b_ih = _joined([w[2] for w in ways], False) if has_biases else None
+        b_hh = _joined([w[3] for w in ways], True) if has_biases else None
+        mine = slice(layer * directions, (layer + 1) * directions)
+        cells = None if c0 is None else c0[mine]
+        states = recurrence(torch.nn.functional.linear(x, w_ih, b_ih), h0[mine], cells, w_hh, b_hh, mode)
+        x = states[:steps]
+        for d in range(directions):  # the last step of each direction: the first one taken backwards
+            last_h.append(states[0 if d else steps - 1, :, d * hidden : (d + 1) * hidden])
             if mode == "lstm":
-                last_c.append(states[steps])
-        x = torch.cat(outputs, -1) if directions == 2 else outputs[0]
+                last_c.append(states[steps, :, d * hidden : (d + 1) * hidden])
     out = (x.transpose(0, 1) if batch_first else x, torch.stack(last_h))
     return (*out, torch.stack(last_c)) if mode == "lstm" else out
 
@@ -787,9 +800,9 @@ def _convert(
         dim = raw[1] % max(len(shape), 1)
         return Node(name, scans[op], OpKind.SCAN, shape, dtype, args[:1], {"dim": dim})
     if qualified == "cuda_agent.recurrence":
-        gates, h0, c0, w_hh, b_hh, mode, reverse = raw
+        gates, h0, c0, w_hh, b_hh, mode = raw
         operands = tuple(x for x in (gates, h0, c0, w_hh, b_hh) if x is not None)
-        attrs = {"mode": mode, "reverse": reverse, "cell": c0 is not None, "bias": b_hh is not None}
+        attrs = {"mode": mode, "cell": c0 is not None, "bias": b_hh is not None}
         return Node(name, "recurrence", OpKind.RECURRENCE, shape, dtype, operands, attrs)
     return _index_or_window(name, op, qualified, raw, args, kw, shape, dtype)
 

@@ -2803,114 +2803,130 @@ __device__ __forceinline__ void grid_barrier(unsigned* sync, unsigned blocks) {
 """
 
 
-def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], at: str, b: str, j: str) -> list[str]:
-    """The statements of the cell of batch row ``b`` and unit ``j`` at step ``t`` (``at`` = b x hidden + j, the
-    flat index within a step): each gate g from the step's projected input, its sum over the last hidden state
-    ``sums(g)`` (W_hh's row by ``h_prev``) and b_hh; an LSTM's cell state from ``c_prev``. Stores the hidden state
-    at the step, and an LSTM's cell state after the steps (where the next step reads it)."""
+def _recurrence_state(k: RecurrenceKernel, d: str) -> list[str]:
+    """Statements of direction ``d``'s step ``t`` at step ``s`` (the second direction runs from the last step back)
+    and the states it starts from: ``h_prev`` (an LSTM's ``c_prev`` too), whose batch rows are ``h_row`` apart (the
+    initial states [directions, batch, hidden], the output's [batch, directions x hidden])."""
+    steps, directions, batch, hidden = k.sizes
+    st, width = k.node.storage, directions * hidden
+    t = "s" if directions == 1 else f"({d} == 0 ? s : {steps - 1}LL - s)"
+    last = "(t - 1)" if directions == 1 else f"({d} == 0 ? t - 1 : t + 1)"
+    lines = [
+        f"const int64_t t = {t};",
+        f"const {st}* h_prev = s == 0 ? {k.h0} + {d} * {batch * hidden}LL : {k.out} + {last} * {batch * width}LL"
+        f" + {d} * {hidden}LL;",
+        f"const int64_t h_row = s == 0 ? {hidden}LL : {width}LL;",
+    ]
+    if k.c0 is not None:  # the cell states are carried in the output, after the steps' hidden states
+        lines.append(
+            f"const {st}* c_prev = s == 0 ? {k.c0} + {d} * {batch * hidden}LL : {k.out} + {steps * batch * width}LL"
+            f" + {d} * {hidden}LL;"
+        )
+    return lines
+
+
+def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], read: Callable[[str], str]) -> list[str]:
+    """The statements of the cell of direction ``d``, batch row ``b`` and unit ``j`` at step ``t``: each gate g from
+    the step's projected input, its sum over the last hidden state ``sums(g)`` (W_hh's row by ``h_prev``) and b_hh;
+    an LSTM's cell state from ``c_prev``. ``read``: how an element of the last states is read. Stores the hidden
+    state at the step, and an LSTM's cell state after the steps (where the next step reads it)."""
+    d, b, j = "d", "b", "j"
     mode, node = k.node.attrs["mode"], k.node
-    steps, batch, hidden = k.sizes
-    c, gates = node.ctype, GATES[mode]
-    row = f"(t * {batch}LL + {b}) * {gates * hidden}LL + {j}"
+    steps, directions, batch, hidden = k.sizes
+    c, gates, width = node.ctype, GATES[mode], directions * hidden
+    row = f"(t * {batch}LL + {b}) * {directions * gates * hidden}LL + {d} * {gates * hidden}LL + {j}"
     lines = []
     for g in range(gates):
         lines.append(f"const {c} x{g} = {loaded(k.reads[k.gates], f'{k.gates}[{row} + {g * hidden}LL]')};")
-        bias = f" + {loaded(k.reads[k.b_hh], f'{k.b_hh}[{g * hidden}LL + {j}]')}" if k.b_hh else ""
-        lines.append(f"const {c} r{g} = {sums(g)}{bias};")
+        bias = f"{k.b_hh}[{d} * {gates * hidden}LL + {g * hidden}LL + {j}]"
+        lines.append(f"const {c} r{g} = {sums(g)}{f' + {loaded(k.reads[k.b_hh], bias)}' if k.b_hh else ''};")
 
     def sigmoid(v: str) -> str:
         return f"(({c})1 / (({c})1 + exp(-({v}))))"
 
+    state = f"{b} * h_row + {j}"  # this unit's element of the last states
+    at = f"{b} * {width}LL + {d} * {hidden}LL + {j}"  # and of a step's row of the output
     if mode == "lstm":
         lines += [
-            f"const {c} cell = {sigmoid('x1 + r1')} * c_prev[{at}] + {sigmoid('x0 + r0')} * tanh(x2 + r2);",
+            f"const {c} kept = {sigmoid('x1 + r1')} * {read(f'c_prev[{state}]')};",
+            f"const {c} cell = kept + {sigmoid('x0 + r0')} * tanh(x2 + r2);",
             f"const {c} h = {sigmoid('x3 + r3')} * tanh(cell);",
-            stored(node, f"{k.out}[{steps * batch * hidden}LL + {at}]", "cell"),
+            stored(node, f"{k.out}[{steps * batch * width}LL + {at}]", "cell"),
         ]
     elif mode == "gru":
         lines += [
             f"const {c} z = {sigmoid('x1 + r1')};",
-            f"const {c} h = (({c})1 - z) * tanh(x2 + {sigmoid('x0 + r0')} * r2) + z * h_prev[{at}];",
+            f"const {c} h = (({c})1 - z) * tanh(x2 + {sigmoid('x0 + r0')} * r2) + z * {read(f'h_prev[{state}]')};",
         ]
     else:
         lines.append(f"const {c} h = {'tanh(x0 + r0)' if mode == 'rnn_tanh' else f'fmax(x0 + r0, ({c})0)'};")
-    return [*lines, stored(node, f"{k.out}[t * {batch * hidden}LL + {at}]", "h")]
+    return [*lines, stored(node, f"{k.out}[t * {batch * width}LL + {at}]", "h")]
 
 
-def _recurrence_steps(k: RecurrenceKernel, first: str, end: str, step: list[str]) -> str:
-    """The loop over ``k``'s steps ``first`` to ``end`` (in the order of its direction) around the statements of one
-    ``step``: ``t`` the step's index, ``h_prev`` (and an LSTM's ``c_prev``) the state it starts from."""
-    steps, batch, hidden = k.sizes
-    st, reverse = k.node.storage, k.node.attrs["reverse"]
-    head = [
-        f"const int64_t t = {f'{steps - 1}LL - s' if reverse else 's'};",
-        f"const {st}* h_prev = s == 0 ? {k.h0} : {k.out} + ({'t + 1' if reverse else 't - 1'}) * {batch * hidden}LL;",
-    ]
-    if k.c0 is not None:  # the cell state is carried in the output, after the steps' hidden states
-        head.append(f"const {st}* c_prev = s == 0 ? {k.c0} : {k.out} + {steps * batch * hidden}LL;")
-    return f"""for (int64_t s = {first}; s < {end}; ++s) {{
-{_indent([*head, *step], 8)}
-    }}"""
-
-
-def _recurrence_sums(k: RecurrenceKernel) -> tuple[int, str]:
-    """(the gates, the C expression of gate g's row of W_hh at column q: unit j's, g x hidden + j)."""
-    hidden = k.sizes[2]
-    return GATES[k.node.attrs["mode"]], loaded(k.reads[k.w_hh], f"{k.w_hh}[(g * {hidden}LL + j) * {hidden}LL + q]")
+def _recurrence_w(k: RecurrenceKernel) -> str:
+    """The C expression of W_hh at column q of gate g's row of unit j in direction d."""
+    _, _, _, hidden = k.sizes
+    gates = GATES[k.node.attrs["mode"]]
+    return loaded(k.reads[k.w_hh], f"{k.w_hh}[((d * {gates}LL + g) * {hidden}LL + j) * {hidden}LL + q]")
 
 
 def _cpu_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
-    _, batch, hidden = k.sizes
-    gates, w = _recurrence_sums(k)
-    c = k.node.ctype
+    steps, directions, batch, hidden = k.sizes
+    gates, c = GATES[k.node.attrs["mode"]], k.node.ctype
     step = [
-        variant.omp_pragma(gates * batch * hidden * hidden),
-        f"for (int64_t at = 0; at < {batch * hidden}LL; ++at) {{",
-        f"    const int64_t b = at / {hidden}LL, j = at % {hidden}LL;",
-        f"    {c} sum[{gates}];",
-        f"    for (int64_t g = 0; g < {gates}; ++g) {{",
-        f"        {c} acc = 0;",
-        f"        for (int64_t q = 0; q < {hidden}LL; ++q) acc += {w} * h_prev[b * {hidden}LL + q];",
-        "        sum[g] = acc;",
-        "    }",
-        *("    " + line for line in _recurrence_cell(k, lambda g: f"sum[{g}]", "at", "b", "j")),
+        f"const int64_t d = e / {batch * hidden}LL, b = e / {hidden}LL % {batch}LL, j = e % {hidden}LL;",
+        *_recurrence_state(k, "d"),
+        f"{c} sum[{gates}];",
+        f"for (int64_t g = 0; g < {gates}; ++g) {{",
+        f"    {c} acc = 0;",
+        f"    for (int64_t q = 0; q < {hidden}LL; ++q) acc += {_recurrence_w(k)} * h_prev[b * h_row + q];",
+        "    sum[g] = acc;",
         "}",
+        *_recurrence_cell(k, lambda g: f"sum[{g}]", lambda x: x),
     ]
     return f"""
 // {k.describe()}
 extern "C" void {k.name}({_launcher_params(k, "cpu")}) {{
-    {_recurrence_steps(k, "0", f"{k.sizes[0]}LL", step)}
+    for (int64_t s = 0; s < {steps}LL; ++s) {{
+        {variant.omp_pragma(directions * gates * batch * hidden * hidden)}
+        for (int64_t e = 0; e < {directions * batch * hidden}LL; ++e) {{
+{_indent(step, 12)}
+        }}
+    }}
 }}
 """
 
 
 def _cuda_recurrence(k: RecurrenceKernel) -> str:
-    steps, batch, hidden = k.sizes
-    gates, w = _recurrence_sums(k)
-    c, st = k.node.ctype, k.node.storage
+    steps, directions, batch, hidden = k.sizes
+    gates, c, st = GATES[k.node.attrs["mode"]], k.node.ctype, k.node.storage
     rows = min(RECURRENCE_ROWS, batch)
-    unit_blocks = -(-hidden // RECURRENCE_UNITS)
-    groups = unit_blocks * -(-batch // rows)
+    unit_blocks, row_blocks = -(-hidden // RECURRENCE_UNITS), -(-batch // rows)
+    groups = directions * row_blocks * unit_blocks
     buffers = [k.gates, k.h0, *([k.c0] if k.c0 else []), k.w_hh, *([k.b_hh] if k.b_hh else [])]
     # The output holds the states the next step reads, which other blocks wrote in this launch: read from L2
     # (__ldcg), never through the non-coherent L1 or read-only paths, and not __restrict__ beside the output.
     params = [f"const {st}* {b}" for b in buffers] + [f"{st}* {k.out}", "int64_t s_first", "int64_t s_end"]
     names = [*buffers, k.out]
-    cell = _recurrence_cell(k, lambda g: f"mine[{g}]", "at", "b", "j")
-    cell = [re.sub(r"\b([hc])_prev\[(\w+)\]", r"__ldcg(&\1_prev[\2])", line) for line in cell]
+    group = [
+        f"const int64_t d = group / {row_blocks * unit_blocks}LL;",
+        f"const int64_t j = group % {unit_blocks}LL * {RECURRENCE_UNITS} + threadIdx.x / 32;  // the warp's unit",
+        f"const int64_t row0 = group / {unit_blocks}LL % {row_blocks}LL * {rows};",
+        f"if (j >= {hidden}LL) continue;  // the whole warp",
+        *_recurrence_state(k, "d"),
+    ]
+    cell = _recurrence_cell(k, lambda g: f"mine[{g}]", lambda x: f"__ldcg(&{x})")
     step = f"""for (int64_t group = blockIdx.x; group < {groups}LL; group += gridDim.x) {{
-    const int64_t j = group % {unit_blocks}LL * {RECURRENCE_UNITS} + threadIdx.x / 32;  // the warp's hidden unit
-    const int64_t row0 = group / {unit_blocks}LL * {rows};
-    if (j >= {hidden}LL) continue;  // the whole warp
+{_indent(group, 4)}
     {c} acc[{gates}][{rows}] = {{}};
     for (int64_t q = lane; q < {hidden}LL; q += 32) {{
         {c} w[{gates}];
 #pragma unroll
-        for (int g = 0; g < {gates}; ++g) w[g] = {w};
+        for (int g = 0; g < {gates}; ++g) w[g] = {_recurrence_w(k)};
 #pragma unroll
         for (int r = 0; r < {rows}; ++r) {{
             if (row0 + r >= {batch}LL) break;
-            const {c} v = {loaded(k.node, f"__ldcg(&h_prev[(row0 + r) * {hidden}LL + q])")};
+            const {c} v = {loaded(k.node, "__ldcg(&h_prev[(row0 + r) * h_row + q])")};
 #pragma unroll
             for (int g = 0; g < {gates}; ++g) acc[g][r] += w[g] * v;
         }}
@@ -2926,36 +2942,39 @@ def _cuda_recurrence(k: RecurrenceKernel) -> str:
         }}
     }}
     if (lane < {rows} && row0 + lane < {batch}LL) {{
-        const int64_t b = row0 + lane, at = b * {hidden}LL + j;
+        const int64_t b = row0 + lane;
 {_indent(cell, 8)}
     }}
 }}
 if (s + 1 < s_end) grid_barrier({k.name}_sync, gridDim.x);"""
     arguments = ", ".join(f"(void*)&{b}" for b in [*names, "s_first", "s_end"])
+    threads = 32 * RECURRENCE_UNITS
     return f"""
 // {k.describe()}
 __device__ unsigned {k.name}_sync[2];  // the grid barrier's arrivals and generation
 
-__global__ void __launch_bounds__({32 * RECURRENCE_UNITS}) {k.name}_steps({", ".join(params)}) {{
+__global__ void __launch_bounds__({threads}) {k.name}_steps({", ".join(params)}) {{
     const int lane = threadIdx.x % 32;
-    {_recurrence_steps(k, "s_first", "s_end", step.splitlines())}
+    for (int64_t s = s_first; s < s_end; ++s) {{
+{_indent(step.splitlines(), 8)}
+    }}
 }}
 
 extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
     int device = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {k.name}_steps, {32 * RECURRENCE_UNITS}, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {k.name}_steps, {threads}, 0);
     const long long resident = (long long)sms * per_sm;
     int64_t s_first = 0, s_end = {steps}LL;
     void* arguments[] = {{{arguments}}};
     const unsigned grid = (unsigned)(resident < {groups}LL ? resident : {groups}LL);
-    if (grid > 0 && cudaLaunchCooperativeKernel({k.name}_steps, dim3(grid), dim3({32 * RECURRENCE_UNITS}), arguments, 0,
-                                                stream) == cudaSuccess)
+    if (grid > 0 && cudaLaunchCooperativeKernel({k.name}_steps, dim3(grid), dim3({threads}), arguments, 0, stream) ==
+                        cudaSuccess)
         return;
     cudaGetLastError();  // refused (too few blocks run at once): a launch a step, a block a group
     for (int64_t s = 0; s < {steps}LL; ++s)
-        {k.name}_steps<<<{groups}, {32 * RECURRENCE_UNITS}, 0, stream>>>({", ".join([*names, "s", "s + 1"])});
+        {k.name}_steps<<<{groups}, {threads}, 0, stream>>>({", ".join([*names, "s", "s + 1"])});
 }}
 """
 

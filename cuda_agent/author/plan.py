@@ -302,10 +302,10 @@ class ConvKernel:
 
 @dataclass
 class RecurrenceKernel:
-    """A recurrent layer's steps in one direction (``capture.recurrence``): each step's gates from the projected
-    input (``gates``) and the last hidden state (``h0`` first) by ``w_hh`` and ``b_hh``, through the cell, into
-    ``out`` (every step's hidden state at its step, an LSTM's cell state after them, from ``c0``). Buffers are
-    contiguous; ``c0`` and ``b_hh`` are None where the node has none."""
+    """A recurrent layer's steps in each of its directions (``capture.recurrence``): each step's gates from the
+    projected input (``gates``) and the last hidden state (``h0`` first) by ``w_hh`` and ``b_hh``, through the cell,
+    into ``out`` (each step's hidden states at the step, directions side by side, and an LSTM's cell states after
+    them, from ``c0``). Buffers are contiguous; ``c0`` and ``b_hh`` are None where the node has none."""
 
     name: str
     node: Node
@@ -319,14 +319,16 @@ class RecurrenceKernel:
     writes: dict[str, Node] = field(default_factory=dict)
 
     @property
-    def sizes(self) -> tuple[int, int, int]:
-        """(steps, batch, hidden)."""
-        return self.reads[self.gates].shape[0], self.node.shape[1], self.node.shape[2]
+    def sizes(self) -> tuple[int, int, int, int]:
+        """(steps, directions, batch, hidden)."""
+        directions, batch, hidden = self.reads[self.h0].shape
+        return self.reads[self.gates].shape[0], directions, batch, hidden
 
     def describe(self) -> str:
-        a, (steps, batch, hidden) = self.node.attrs, self.sizes
-        way = ", last step first" if a["reverse"] else ""
-        return f"{self.name}: {a['mode']} over {steps} steps{way}, batch {batch}, hidden {hidden} -> {self.out}"
+        steps, directions, batch, hidden = self.sizes
+        ways = " both ways" if directions == 2 else ""
+        mode = self.node.attrs["mode"]
+        return f"{self.name}: {mode} over {steps} steps{ways}, batch {batch}, hidden {hidden} -> {self.out}"
 
 
 Kernel = RowKernel | GemmKernel | ConvKernel | RecurrenceKernel
