@@ -53,7 +53,7 @@ _VALUES_OF = frozenset(
     }
 )
 _OPERAND = (torch.fx.Node, bool, int, float)
-# Recurrent layers (torch._VF's calls, one a module) become per layer and direction the input's projection, a
+# Recurrent layers (torch._VF's calls, one a module) become per layer the input's projection (both directions'), a
 # product over every step at once, and a ``recurrence`` node of the rest (``_recurrent_layers``): traced as torch
 # runs them, they were every cell unrolled (an LSTM step came to ~5 kernels and 26 KB of source; a 6-layer LSTM over
 # 512 steps took 8-11 min to trace, 70,720 nodes, and 80 MB of source no build finishes).
