@@ -10,6 +10,7 @@ intermediate; that is what makes fused chains worth a kernel and what the estima
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 import weakref
@@ -123,6 +124,7 @@ class MetaRun:
     roofline: Roofline
 
 
+@functools.cache  # a run per problem, shared by the tests (the recurrent problems' cells take tens of seconds)
 def run_on_meta(path: Path) -> MetaRun:
     """Load ``path`` with the platform's loader and run it on the meta device, measuring the eager roofline."""
     name = f"dev_{path.stem}"
