@@ -2830,22 +2830,21 @@ def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], read: Call
     the step's projected input, its sum over the last hidden state ``sums(g)`` (W_hh's row by ``h_prev``) and b_hh;
     an LSTM's cell state from ``c_prev``. ``read``: how an element of the last states is read. Stores the hidden
     state at the step, and an LSTM's cell state after the steps (where the next step reads it)."""
-    d, b, j = "d", "b", "j"
     mode, node = k.node.attrs["mode"], k.node
     steps, directions, batch, hidden = k.sizes
     c, gates, width = node.ctype, GATES[mode], directions * hidden
-    row = f"(t * {batch}LL + {b}) * {directions * gates * hidden}LL + {d} * {gates * hidden}LL + {j}"
+    row = f"(t * {batch}LL + b) * {directions * gates * hidden}LL + d * {gates * hidden}LL + j"
     lines = []
     for g in range(gates):
         lines.append(f"const {c} x{g} = {loaded(k.reads[k.gates], f'{k.gates}[{row} + {g * hidden}LL]')};")
-        bias = f"{k.b_hh}[{d} * {gates * hidden}LL + {g * hidden}LL + {j}]"
+        bias = f"{k.b_hh}[d * {gates * hidden}LL + {g * hidden}LL + j]"
         lines.append(f"const {c} r{g} = {sums(g)}{f' + {loaded(k.reads[k.b_hh], bias)}' if k.b_hh else ''};")
 
     def sigmoid(v: str) -> str:
         return f"(({c})1 / (({c})1 + exp(-({v}))))"
 
-    state = f"{b} * h_row + {j}"  # this unit's element of the last states
-    at = f"{b} * {width}LL + {d} * {hidden}LL + {j}"  # and of a step's row of the output
+    state = "b * h_row + j"  # this unit's element of the last states
+    at = f"b * {width}LL + d * {hidden}LL + j"  # and of a step's row of the output
     if mode == "lstm":
         lines += [
             f"const {c} kept = {sigmoid('x1 + r1')} * {read(f'c_prev[{state}]')};",

@@ -247,17 +247,19 @@ inline void emu_mma_16bit(float* d, const unsigned* a, const unsigned* b, float 
 inline void mma_bf16(float* d, const unsigned* a, const unsigned* b) { emu_mma_16bit(d, a, b, emu_bf16); }
 inline void mma_f16(float* d, const unsigned* a, const unsigned* b) { emu_mma_16bit(d, a, b, emu_f16); }
 
-// A block's threads, started: each runs ``kernel`` as its thread of block ``block_index``. ``join`` waits for them.
+// A block of ``size`` threads, started: each runs ``kernel`` as its thread of block ``block_index``. ``join`` waits
+// for them.
 struct EmuBlock {
+    unsigned size;
     std::barrier<> barrier;
     std::vector<std::unique_ptr<EmuWarp>> warps;
     std::vector<std::thread> threads;
-    explicit EmuBlock(unsigned block) : barrier(block) {
+    explicit EmuBlock(unsigned block) : size(block), barrier(block) {
         for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<EmuWarp>());
     }
     template <typename F>
-    void start(EmuDim block_index, unsigned block, F kernel) {
-        for (unsigned t = 0; t < block; ++t) {
+    void start(EmuDim block_index, F kernel) {
+        for (unsigned t = 0; t < size; ++t) {
             threads.emplace_back([=, this] {
                 threadIdx = {t, 0, 0};
                 blockIdx = block_index;
@@ -275,7 +277,7 @@ struct EmuBlock {
 template <typename K, typename... A>
 void emu_block_run(K kernel, EmuDim block_index, unsigned block, A... args) {
     EmuBlock running(block);
-    running.start(block_index, block, [=] { kernel(args...); });
+    running.start(block_index, [=] { kernel(args...); });
     running.join();
 }
 
@@ -326,7 +328,7 @@ cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(A...), dim3 grid, dim3 bl
     std::deque<EmuBlock> blocks;
     for (unsigned b = 0; b < grid.x; ++b) {
         blocks.emplace_back(block.x);
-        blocks.back().start(EmuDim{b, 0, 0}, block.x, [=] { emu_cooperative(kernel, args, std::index_sequence_for<A...>{}); });
+        blocks.back().start(EmuDim{b, 0, 0}, [=] { emu_cooperative(kernel, args, std::index_sequence_for<A...>{}); });
     }
     for (auto& running : blocks) running.join();
     return cudaSuccess;
