@@ -2773,12 +2773,18 @@ extern "C" int {k.name}({_launcher_params(k, "cuda")}) {{
 
 # A recurrence's steps on the GPU: one cooperative launch for all of them, blocks meeting at a grid barrier after
 # each step (the next needs every unit's hidden state). The work of a step is groups of RECURRENCE_UNITS hidden units
-# by up to RECURRENCE_ROWS batch rows, a warp a unit: its lanes split the unit's rows of W_hh along k (a warp's
-# loads one contiguous run) and the group's last hidden states, shuffles gather the sums into every lane, and lane r
-# applies the cell to batch row r. The blocks, as many as run at once (and no more than the groups), stride over the
-# groups. Where the cooperative launch is refused, the same kernel runs a launch a step, a block a group.
+# by up to RECURRENCE_ROWS batch rows, a warp a unit: the block stages the group's last hidden states in shared
+# memory (its warps all read them), each warp's lanes split the unit's rows of W_hh along k (a warp's loads one
+# contiguous run), shuffles gather the sums into every lane, and lane r applies the cell to batch row r. The blocks,
+# as many as run at once (and no more than the groups), stride over the groups. Where the cooperative launch is
+# refused, the same kernel runs a launch a step, a block a group.
 RECURRENCE_ROWS = 8
 RECURRENCE_UNITS = 8
+# Staged states a block at most (the static shared-memory limit: no opt-in); longer rows are read from L2.
+RECURRENCE_STAGED_BYTES = 48 * 1024
+# W_hh's values a lane at most where a variant keeps them in registers across the steps (cache="regs": a block a
+# group, so a block's slice of W_hh stays its own; the sums' accumulators take gates x rows more).
+RECURRENCE_REGS_MAX = 64
 # The grid barrier: arrivals and a generation a kernel (``{name}_sync``), the last block to arrive resets the
 # arrivals and opens the next generation. A block reads the generation before it arrives, so it cannot miss it.
 GRID_BARRIER = """
@@ -2825,18 +2831,26 @@ def _recurrence_state(k: RecurrenceKernel, d: str) -> list[str]:
     return lines
 
 
+def _recurrence_inputs(k: RecurrenceKernel) -> list[str]:
+    """The statements assigning ``x0``, ``x1``, ...: gate g's projected input of direction ``d``, batch row ``b``
+    and unit ``j`` at step ``t`` (what the cell adds to its sums; they do not depend on the last states)."""
+    _, directions, batch, hidden = k.sizes
+    gates = GATES[k.node.attrs["mode"]]
+    row = f"(t * {batch}LL + b) * {directions * gates * hidden}LL + d * {gates * hidden}LL + j"
+    return [f"x{g} = {loaded(k.reads[k.gates], f'{k.gates}[{row} + {g * hidden}LL]')};" for g in range(gates)]
+
+
 def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], read: Callable[[str], str]) -> list[str]:
     """The statements of the cell of direction ``d``, batch row ``b`` and unit ``j`` at step ``t``: each gate g from
-    the step's projected input, its sum over the last hidden state ``sums(g)`` (W_hh's row by ``h_prev``) and b_hh;
-    an LSTM's cell state from ``c_prev``. ``read``: how an element of the last states is read. Stores the hidden
-    state at the step, and an LSTM's cell state after the steps (where the next step reads it)."""
+    the step's projected input ``x<g>`` (``_recurrence_inputs``), its sum over the last hidden state ``sums(g)``
+    (W_hh's row by ``h_prev``) and b_hh; an LSTM's cell state from ``c_prev``. ``read``: how an element of the last
+    states is read. Stores the hidden state at the step, and an LSTM's cell state after the steps (where the next
+    step reads it)."""
     mode, node = k.node.attrs["mode"], k.node
     steps, directions, batch, hidden = k.sizes
     c, gates, width = node.ctype, GATES[mode], directions * hidden
-    row = f"(t * {batch}LL + b) * {directions * gates * hidden}LL + d * {gates * hidden}LL + j"
     lines = []
     for g in range(gates):
-        lines.append(f"const {c} x{g} = {loaded(k.reads[k.gates], f'{k.gates}[{row} + {g * hidden}LL]')};")
         bias = f"{k.b_hh}[d * {gates * hidden}LL + {g * hidden}LL + j]"
         lines.append(f"const {c} r{g} = {sums(g)}{f' + {loaded(k.reads[k.b_hh], bias)}' if k.b_hh else ''};")
 
@@ -2875,7 +2889,8 @@ def _cpu_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
     step = [
         f"const int64_t d = e / {batch * hidden}LL, b = e / {hidden}LL % {batch}LL, j = e % {hidden}LL;",
         *_recurrence_state(k, "d"),
-        f"{c} sum[{gates}];",
+        f"{c} sum[{gates}], {', '.join(f'x{g}' for g in range(gates))};",
+        *_recurrence_inputs(k),
         f"for (int64_t g = 0; g < {gates}; ++g) {{",
         f"    {c} acc = 0;",
         f"    for (int64_t q = 0; q < {hidden}LL; ++q) acc += {_recurrence_w(k)} * h_prev[b * h_row + q];",
@@ -2896,40 +2911,106 @@ extern "C" void {k.name}({_launcher_params(k, "cpu")}) {{
 """
 
 
-def _cuda_recurrence(k: RecurrenceKernel) -> str:
+def recurrence_in_registers(k: RecurrenceKernel) -> bool:
+    """Whether a lane's share of a unit's rows of W_hh fits the registers a variant keeps it in (cache="regs")."""
+    _, _, _, hidden = k.sizes
+    return GATES[k.node.attrs["mode"]] * -(-hidden // 32) <= RECURRENCE_REGS_MAX
+
+
+def _cuda_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
     steps, directions, batch, hidden = k.sizes
     gates, c, st = GATES[k.node.attrs["mode"]], k.node.ctype, k.node.storage
-    rows = min(RECURRENCE_ROWS, batch)
-    unit_blocks, row_blocks = -(-hidden // RECURRENCE_UNITS), -(-batch // rows)
+    # the batch split evenly (10 rows: 5 and 5, not 8 and 2): a step waits for its slowest group
+    row_blocks = -(-batch // RECURRENCE_ROWS)
+    rows, unit_blocks = -(-batch // row_blocks), -(-hidden // RECURRENCE_UNITS)
     groups = directions * row_blocks * unit_blocks
+    threads = 32 * RECURRENCE_UNITS
+    staged_bytes = rows * hidden * (8 if c == "double" else 4)
+    staged = staged_bytes <= RECURRENCE_STAGED_BYTES
+    smem = staged_bytes if staged else 0
+    held = variant.cache == "regs" and recurrence_in_registers(k)
+    per_lane = -(-hidden // 32)
     buffers = [k.gates, k.h0, *([k.c0] if k.c0 else []), k.w_hh, *([k.b_hh] if k.b_hh else [])]
     # The output holds the states the next step reads, which other blocks wrote in this launch: read from L2
     # (__ldcg), never through the non-coherent L1 or read-only paths, and not __restrict__ beside the output.
     params = [f"const {st}* {b}" for b in buffers] + [f"{st}* {k.out}", "int64_t s_first", "int64_t s_end"]
     names = [*buffers, k.out]
+
+    def h_at_l2(r: str, q: str) -> str:  # element q of the group's batch row r of the last states
+        return loaded(k.node, f"__ldcg(&h_prev[(row0 + {r}) * h_row + {q}])")
+
+    def h_at(r: str, q: str) -> str:  # the same, staged where the block stages them
+        return f"staged[{r} * {hidden}LL + {q}]" if staged else h_at_l2(r, q)
+
+    if held:  # the lane's W_hh values of the block's group, loaded when its group changes (once, a block a group)
+        w_load = [
+            "if (group != held_group) {",
+            "    held_group = group;",
+            "#pragma unroll",
+            f"    for (int i = 0; i < {per_lane}; ++i) {{",
+            "        const int64_t q = lane + 32 * i;",
+            "#pragma unroll",
+            f"        for (int g = 0; g < {gates}; ++g) w[g][i] = j < {hidden}LL && q < {hidden}LL ? "
+            f"{_recurrence_w(k)} : ({c})0;",
+            "    }",
+            "}",
+        ]
+        sums = f"""#pragma unroll
+    for (int i = 0; i < {per_lane}; ++i) {{
+        const int64_t q = lane + 32 * i;
+        if (q >= {hidden}LL) break;
+#pragma unroll
+        for (int r = 0; r < {rows}; ++r) {{
+            if (row0 + r >= {batch}LL) break;
+            const {c} v = {h_at("r", "q")};
+#pragma unroll
+            for (int g = 0; g < {gates}; ++g) acc[g][r] += w[g][i] * v;
+        }}
+    }}"""
+    else:
+        w_load = []
+        sums = f"""for (int64_t q = lane; q < {hidden}LL; q += 32) {{
+        {c} wq[{gates}];
+#pragma unroll
+        for (int g = 0; g < {gates}; ++g) wq[g] = {_recurrence_w(k)};
+#pragma unroll
+        for (int r = 0; r < {rows}; ++r) {{
+            if (row0 + r >= {batch}LL) break;
+            const {c} v = {h_at("r", "q")};
+#pragma unroll
+            for (int g = 0; g < {gates}; ++g) acc[g][r] += wq[g] * v;
+        }}
+    }}"""
+    # The block's staged copy of the group's last states (every thread loads; rows past the batch are zeros).
+    stage = [
+        "__syncthreads();  // the block's last sums are done with the staged states",
+        f"for (int64_t i = threadIdx.x; i < {rows * hidden}LL; i += {threads}) {{",
+        f"    const int64_t r = i / {hidden}LL;",
+        f"    staged[i] = row0 + r < {batch}LL ? {h_at_l2('r', f'i % {hidden}LL')} : ({c})0;",
+        "}",
+        "__syncthreads();",
+    ]
     group = [
         f"const int64_t d = group / {row_blocks * unit_blocks}LL;",
         f"const int64_t j = group % {unit_blocks}LL * {RECURRENCE_UNITS} + threadIdx.x / 32;  // the warp's unit",
         f"const int64_t row0 = group / {unit_blocks}LL % {row_blocks}LL * {rows};",
-        f"if (j >= {hidden}LL) continue;  // the whole warp",
         *_recurrence_state(k, "d"),
+        *w_load,
+        "const int64_t b = row0 + lane;  // lane r's batch row, whose cell it applies",
+        f"const bool cell = j < {hidden}LL && lane < {rows} && b < {batch}LL;",
+        # loaded ahead of the sums: these reads are not cached anywhere, and nothing they wait on follows
+        f"{c} {', '.join(f'x{g} = 0' for g in range(gates))};",
+        "if (cell) {",
+        *(f"    {line}" for line in _recurrence_inputs(k)),
+        "}",
+        *(stage if staged else []),
     ]
     cell = _recurrence_cell(k, lambda g: f"mine[{g}]", lambda x: f"__ldcg(&{x})")
     step = f"""for (int64_t group = blockIdx.x; group < {groups}LL; group += gridDim.x) {{
 {_indent(group, 4)}
+    if (j >= {hidden}LL) continue;  // the whole warp (the block's barriers are behind it)
     {c} acc[{gates}][{rows}] = {{}};
-    for (int64_t q = lane; q < {hidden}LL; q += 32) {{
-        {c} w[{gates}];
-#pragma unroll
-        for (int g = 0; g < {gates}; ++g) w[g] = {_recurrence_w(k)};
-#pragma unroll
-        for (int r = 0; r < {rows}; ++r) {{
-            if (row0 + r >= {batch}LL) break;
-            const {c} v = {loaded(k.node, "__ldcg(&h_prev[(row0 + r) * h_row + q])")};
-#pragma unroll
-            for (int g = 0; g < {gates}; ++g) acc[g][r] += w[g] * v;
-        }}
-    }}
+    {sums}
     {c} mine[{gates}];  // lane r's batch row's sums
 #pragma unroll
     for (int g = 0; g < {gates}; ++g) {{
@@ -2940,20 +3021,30 @@ def _cuda_recurrence(k: RecurrenceKernel) -> str:
             if (r == 0 || lane == r) mine[g] = acc[g][r];
         }}
     }}
-    if (lane < {rows} && row0 + lane < {batch}LL) {{
-        const int64_t b = row0 + lane;
+    if (cell) {{
 {_indent(cell, 8)}
     }}
 }}
 if (s + 1 < s_end) grid_barrier({k.name}_sync, gridDim.x);"""
     arguments = ", ".join(f"(void*)&{b}" for b in [*names, "s_first", "s_end"])
-    threads = 32 * RECURRENCE_UNITS
+    prologue = []
+    if staged:
+        prologue += [
+            "extern __shared__ __align__(16) unsigned char row_smem[];",
+            f"{c}* staged = reinterpret_cast<{c}*>(row_smem);  // [{rows}, {hidden}]: the group's last states",
+        ]
+    if held:
+        prologue += [
+            f"{c} w[{gates}][{per_lane}];  // W_hh's rows of the warp's unit, a lane's columns",
+            "int64_t held_group = -1;",
+        ]
     return f"""
-// {k.describe()}
+// {k.describe()}{" (W_hh in registers)" if held else ""}
 __device__ unsigned {k.name}_sync[2];  // the grid barrier's arrivals and generation
 
 __global__ void __launch_bounds__({threads}) {k.name}_steps({", ".join(params)}) {{
     const int lane = threadIdx.x % 32;
+{_indent(prologue, 4)}
     for (int64_t s = s_first; s < s_end; ++s) {{
 {_indent(step.splitlines(), 8)}
     }}
@@ -2963,17 +3054,17 @@ extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
     int device = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {k.name}_steps, {threads}, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {k.name}_steps, {threads}, {smem});
     const long long resident = (long long)sms * per_sm;
     int64_t s_first = 0, s_end = {steps}LL;
     void* arguments[] = {{{arguments}}};
     const unsigned grid = (unsigned)(resident < {groups}LL ? resident : {groups}LL);
-    if (grid > 0 && cudaLaunchCooperativeKernel({k.name}_steps, dim3(grid), dim3({threads}), arguments, 0, stream) ==
-                        cudaSuccess)
+    if (grid > 0 && cudaLaunchCooperativeKernel({k.name}_steps, dim3(grid), dim3({threads}), arguments, {smem}, stream)
+                        == cudaSuccess)
         return;
     cudaGetLastError();  // refused (too few blocks run at once): a launch a step, a block a group
     for (int64_t s = 0; s < {steps}LL; ++s)
-        {k.name}_steps<<<{groups}, {threads}, 0, stream>>>({", ".join([*names, "s", "s + 1"])});
+        {k.name}_steps<<<{groups}, {threads}, {smem}, stream>>>({", ".join([*names, "s", "s + 1"])});
 }}
 """
 
@@ -3043,7 +3134,7 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))
         elif isinstance(k, RecurrenceKernel):
-            parts.append(_cuda_recurrence(k) if device == "cuda" else _cpu_recurrence(k, variant))
+            parts.append(_cuda_recurrence(k, variant) if device == "cuda" else _cpu_recurrence(k, variant))
         else:
             parts.append(_cuda_row(k, variant) if device == "cuda" else _cpu_row(k, variant))
     # The declarations the build links the vendor libraries by (compile/libraries.py).

@@ -22,6 +22,7 @@ from cuda_agent.author.emit import (
     Variant,
     candidate_files,
     online_softmax,
+    recurrence_in_registers,
     row_cache,
     row_layout,
     split_rows,
@@ -46,7 +47,7 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     rows = [k for k in plan.kernels if isinstance(k, RowKernel)]
     gemms = [k for k in plan.kernels if isinstance(k, GemmKernel)]
     convs = [k for k in plan.kernels if isinstance(k, ConvKernel)]
-    recurrences = any(isinstance(k, RecurrenceKernel) for k in plan.kernels)
+    recurrences = [k for k in plan.kernels if isinstance(k, RecurrenceKernel)]
     own_only, has_conv = not rows and not recurrences, bool(convs)
     # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
     # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread. Float32 products
@@ -102,6 +103,9 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
         out.append(replace(base, rows="thread"))
     if gemms:
         out += [replace(base, gemm=v.gemm, tile=v.tile, micro=v.micro) for v in ours]
+    # A recurrence's W_hh held in registers across its steps (a lane's share of a unit's rows, where it fits).
+    if any(recurrence_in_registers(k) for k in recurrences):
+        out.insert(1, replace(base, cache="regs"))
     if fp32:  # second: large products run faster on tensor cores than on the FMA units (cuBLAS's float32 GEMMs,
         # cuDNN restricted to FMA kernels, ours); not first, as a first variant found wrong ends the search
         out.insert(1, replace(base, gemm="tf32x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))

@@ -67,10 +67,14 @@ struct EmuWarp {
     std::barrier<> arrived{32};
     uint64_t lanes[32];
 };
-// The running block's barrier and warps, a thread's own: a cooperative launch runs its blocks at once.
+// The running block's barrier, warps and dynamic shared memory, a thread's own: a cooperative launch runs its blocks
+// at once.
+struct alignas(16) EmuSmem {
+    unsigned char bytes[256 * 1024];
+};
 inline thread_local std::barrier<>* emu_block;
 inline thread_local std::vector<std::unique_ptr<EmuWarp>>* emu_warps;
-alignas(16) inline unsigned char emu_dynamic_smem[256 * 1024];
+inline thread_local unsigned char* emu_dynamic_smem;
 
 inline void __syncthreads() { emu_block->arrive_and_wait(); }
 
@@ -253,6 +257,7 @@ struct EmuBlock {
     unsigned size;
     std::barrier<> barrier;
     std::vector<std::unique_ptr<EmuWarp>> warps;
+    std::unique_ptr<EmuSmem> smem = std::make_unique<EmuSmem>();
     std::vector<std::thread> threads;
     explicit EmuBlock(unsigned block) : size(block), barrier(block) {
         for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<EmuWarp>());
@@ -265,6 +270,7 @@ struct EmuBlock {
                 blockIdx = block_index;
                 emu_block = &barrier;
                 emu_warps = &warps;
+                emu_dynamic_smem = smem->bytes;
                 kernel();
             });
         }

@@ -29,8 +29,8 @@ _LAUNCH = re.compile(r"(\w+)<<<(.+?), (\d+), (\w+), stream>>>\((.*?)\);")
 
 
 def emulated_cuda(source: str) -> str:
-    """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory a
-    static buffer, the tensor-core step the emulator's."""
+    """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory the
+    running block's buffer, the tensor-core step the emulator's."""
     source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace(CUDA_MMA_PRELUDE, "")
     source = source.replace(CUDA_MMA16_PRELUDE, "").replace(CUDA_HALF_PRELUDE, CPU_HALF_PRELUDE)
     for declared, kind in (("unsigned char", "row_smem"), ("float", "tile_smem"), ("uint16_t", "mma16_smem")):

@@ -5,6 +5,7 @@ GPU; the gpu-marked tests check the same on the H200."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -226,14 +227,35 @@ def test_our_gemm_kernels_match_the_reference_emulated(name: str, tmp_path: Path
     _match_the_reference(source, tmp_path, ours)
 
 
-def test_recurrences_match_the_reference_emulated(tmp_path: Path) -> None:
-    """A recurrence's steps (emit._cuda_recurrence): a warp per unit and group of batch rows, its sums shuffled to
-    every lane, each lane a batch row's cell, the blocks meeting at a grid barrier after each step; every mode, both
-    directions at once, with and without biases."""
-    plan = plan_graph(capture_problem(problems.RECURRENCES))
-    assert sum(isinstance(k, RecurrenceKernel) for k in plan.kernels) == 6
-    ours = [v for v in variants(plan, "cuda") if v.gemm == "tf32x3"][:1]
-    _match_the_reference(problems.RECURRENCES, tmp_path, ours)
+# A GRU over two groups of batch rows (11: 6 and 5, the second short) and lanes with two columns of W_hh (the second
+# ragged)
+RAGGED_RECURRENCE = problems.problem(
+    "        self.gru = nn.GRU(5, 40)", "        return self.gru(x)[0]", "[torch.randn(3, 11, 5)]"
+)
+# An RNN whose groups' states (8 rows of 1540 floats) are more than a block stages: read from L2 (~25 s emulated)
+UNSTAGED_RECURRENCE = problems.problem(
+    "        self.rnn = nn.RNN(5, 1540)", "        return self.rnn(x)[0]", "[torch.randn(2, 8, 5)]"
+)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [problems.RECURRENCES, RAGGED_RECURRENCE, pytest.param(UNSTAGED_RECURRENCE, marks=pytest.mark.slow)],
+    ids=["every_mode", "ragged", "unstaged"],
+)
+def test_recurrences_match_the_reference_emulated(source: str, tmp_path: Path) -> None:
+    """A recurrence's steps (emit._cuda_recurrence): a warp per unit and group of batch rows, the group's states
+    staged in shared memory, its sums shuffled to every lane, each lane a batch row's cell, the blocks meeting at a
+    grid barrier after each step; every mode, both directions at once, with and without biases; W_hh read from L2
+    a step, and held in registers (cache="regs")."""
+    plan = plan_graph(capture_problem(source))
+    recurrences = [k for k in plan.kernels if isinstance(k, RecurrenceKernel)]
+    assert len(recurrences) == (6 if source == problems.RECURRENCES else 1)
+    assert all(emit.recurrence_in_registers(k) for k in recurrences)
+    tried = variants(plan, "cuda")
+    assert replace(tried[0], cache="regs") in tried
+    ours = next(v for v in tried if v.gemm == "tf32x3")  # (cuBLAS's products do not build here)
+    _match_the_reference(source, tmp_path, [ours, replace(ours, cache="regs")])
 
 
 # 16-bit products on mma.sync (emit._cuda_gemm_mma16): each operand's tile copied along k or along its edge (the
