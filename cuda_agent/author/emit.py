@@ -181,6 +181,34 @@ __device__ T block_reduce(T v, Op op, T identity) {
     return v;
 }
 
+// Two of a row's reductions of one pass (a norm's sum and sum of squares) at once: one round of barriers, not two.
+template <typename T, typename Op, typename U, typename Op2>
+__device__ void block_reduce2(T* a, Op op, T a_identity, U* b, Op2 op2, U b_identity) {
+    __shared__ T a_partial[32];
+    __shared__ U b_partial[32];
+    T v = *a;
+    U w = *b;
+    for (int off = 16; off > 0; off >>= 1) {
+        v = op(v, (T)__shfl_xor_sync(0xffffffffu, v, off));
+        w = op2(w, (U)__shfl_xor_sync(0xffffffffu, w, off));
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) {
+        a_partial[warp] = v;
+        b_partial[warp] = w;
+    }
+    __syncthreads();
+    v = lane < warps ? a_partial[lane] : a_identity;
+    w = lane < warps ? b_partial[lane] : b_identity;
+    for (int off = 16; off > 0; off >>= 1) {
+        v = op(v, (T)__shfl_xor_sync(0xffffffffu, v, off));
+        w = op2(w, (U)__shfl_xor_sync(0xffffffffu, w, off));
+    }
+    *a = v;
+    *b = w;
+}
+
 // A warp per row: every lane gets the result, no barrier (the warps of a block run rows of their own). The identity
 // is unused: the signature is block_reduce's, so that the call site is the same.
 template <typename T, typename Op>
@@ -811,9 +839,16 @@ def _row_body(
             _declare_once(lines, over_groups(body, loads, []))
         else:
             _declare_once(lines, _loop(loop, element + body))
+        paired = combine_threads == "block_reduce" and len(group) == 2
+        if paired:  # the accumulators hold the block's results after it
+            pair = [
+                f"&acc_{r.var}, {_OPS[r.node.op]}(), ({r.node.ctype})({reduction(r.node.op, r.node.ctype)[0]})"
+                for r in group
+            ]
+            lines.append(f"block_reduce2({', '.join(pair)});")
         for red in group:
             identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
-            if combine_threads:
+            if combine_threads and not paired:
                 combined = f"{combine_threads}<{t}>(acc_{red.var}, {_OPS[red.node.op]}(), ({t})({identity}))"
                 lines.append(f"const {t} {red.var} = {combined};")
             else:
