@@ -2875,12 +2875,17 @@ def _recurrence_inputs(k: RecurrenceKernel) -> list[str]:
     return [f"x{g} = {loaded(k.reads[k.gates], f'{k.gates}[{row} + {g * hidden}LL]')};" for g in range(gates)]
 
 
-def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], read: Callable[[str], str]) -> list[str]:
+def _recurrence_last(k: RecurrenceKernel) -> str:
+    """The element of the last states the cell of batch row ``b`` and unit ``j`` reads besides its sums: an LSTM's
+    cell state, a GRU's hidden state ("" for the plain RNN's cells)."""
+    return {"lstm": "c_prev[b * h_row + j]", "gru": "h_prev[b * h_row + j]"}.get(k.node.attrs["mode"], "")
+
+
+def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], last: str) -> list[str]:
     """The statements of the cell of direction ``d``, batch row ``b`` and unit ``j`` at step ``t``: each gate g from
     the step's projected input ``x<g>`` (``_recurrence_inputs``), its sum over the last hidden state ``sums(g)``
-    (W_hh's row by ``h_prev``) and b_hh; an LSTM's cell state from ``c_prev``. ``read``: how an element of the last
-    states is read. Stores the hidden state at the step, and an LSTM's cell state after the steps (where the next
-    step reads it)."""
+    (W_hh's row by ``h_prev``) and b_hh; ``last``: the value of ``_recurrence_last``'s element. Stores the hidden
+    state at the step, and an LSTM's cell state after the steps (where the next step reads it)."""
     mode, node = k.node.attrs["mode"], k.node
     steps, directions, batch, hidden = k.sizes
     c, gates, width = node.ctype, GATES[mode], directions * hidden
@@ -2892,11 +2897,10 @@ def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], read: Call
     def sigmoid(v: str) -> str:
         return f"(({c})1 / (({c})1 + exp(-({v}))))"
 
-    state = "b * h_row + j"  # this unit's element of the last states
     at = f"b * {width}LL + d * {hidden}LL + j"  # and of a step's row of the output
     if mode == "lstm":
         lines += [
-            f"const {c} kept = {sigmoid('x1 + r1')} * {read(f'c_prev[{state}]')};",
+            f"const {c} kept = {sigmoid('x1 + r1')} * {last};",
             f"const {c} cell = kept + {sigmoid('x0 + r0')} * tanh(x2 + r2);",
             f"const {c} h = {sigmoid('x3 + r3')} * tanh(cell);",
             stored(node, f"{k.out}[{steps * batch * width}LL + {at}]", "cell"),
@@ -2904,7 +2908,7 @@ def _recurrence_cell(k: RecurrenceKernel, sums: Callable[[int], str], read: Call
     elif mode == "gru":
         lines += [
             f"const {c} z = {sigmoid('x1 + r1')};",
-            f"const {c} h = (({c})1 - z) * tanh(x2 + {sigmoid('x0 + r0')} * r2) + z * {read(f'h_prev[{state}]')};",
+            f"const {c} h = (({c})1 - z) * tanh(x2 + {sigmoid('x0 + r0')} * r2) + z * {last};",
         ]
     else:
         lines.append(f"const {c} h = {'tanh(x0 + r0)' if mode == 'rnn_tanh' else f'fmax(x0 + r0, ({c})0)'};")
@@ -2931,7 +2935,7 @@ def _cpu_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
         f"    for (int64_t q = 0; q < {hidden}LL; ++q) acc += {_recurrence_w(k)} * h_prev[b * h_row + q];",
         "    sum[g] = acc;",
         "}",
-        *_recurrence_cell(k, lambda g: f"sum[{g}]", lambda x: x),
+        *_recurrence_cell(k, lambda g: f"sum[{g}]", _recurrence_last(k)),
     ]
     return f"""
 // {k.describe()}
@@ -2964,6 +2968,7 @@ def _cuda_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
     staged = staged_bytes <= RECURRENCE_STAGED_BYTES
     smem = staged_bytes if staged else 0
     held = variant.cache == "regs" and recurrence_in_registers(k)
+    last = _recurrence_last(k)
     per_lane = -(-hidden // 32)
     buffers = [k.gates, k.h0, *([k.c0] if k.c0 else []), k.w_hh, *([k.b_hh] if k.b_hh else [])]
     # The output holds the states the next step reads, which other blocks wrote in this launch: read from L2
@@ -3033,14 +3038,16 @@ def _cuda_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
         *w_load,
         "const int64_t b = row0 + lane;  // lane r's batch row, whose cell it applies",
         f"const bool cell = j < {hidden}LL && lane < {rows} && b < {batch}LL;",
-        # loaded ahead of the sums: these reads are not cached anywhere, and nothing they wait on follows
-        f"{c} {', '.join(f'x{g} = 0' for g in range(gates))};",
+        # loaded ahead of the sums (and the cell's own last state: the thread stored it the step before), their
+        # latency hidden behind the sums' rather than after them
+        f"{c} {', '.join(f'x{g} = 0' for g in range(gates))}{', last = 0' if last else ''};",
         "if (cell) {",
         *(f"    {line}" for line in _recurrence_inputs(k)),
+        *([f"    last = __ldcg(&{last});"] if last else []),
         "}",
         *(stage if staged else []),
     ]
-    cell = _recurrence_cell(k, lambda g: f"mine[{g}]", lambda x: f"__ldcg(&{x})")
+    cell = _recurrence_cell(k, lambda g: f"mine[{g}]", "last")
     step = f"""for (int64_t group = blockIdx.x; group < {groups}LL; group += gridDim.x) {{
 {_indent(group, 4)}
     if (j >= {hidden}LL) continue;  // the whole warp (the block's barriers are behind it)
