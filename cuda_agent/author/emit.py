@@ -2995,30 +2995,26 @@ def _cuda_recurrence(k: RecurrenceKernel, variant: Variant) -> str:
             "    }",
             "}",
         ]
-        sums = f"""#pragma unroll
+        # a lane's columns q = lane + 32 i, unrolled: the register array is indexed by constants
+        over_q = f"""#pragma unroll
     for (int i = 0; i < {per_lane}; ++i) {{
         const int64_t q = lane + 32 * i;
-        if (q >= {hidden}LL) break;
-#pragma unroll
-        for (int r = 0; r < {rows}; ++r) {{
-            if (row0 + r >= {batch}LL) break;
-            const {c} v = {h_at("r", "q")};
-#pragma unroll
-            for (int g = 0; g < {gates}; ++g) acc[g][r] += w[g][i] * v;
-        }}
-    }}"""
+        if (q >= {hidden}LL) break;"""
+        w_at = "w[g][i]"
     else:
         w_load = []
-        sums = f"""for (int64_t q = lane; q < {hidden}LL; q += 32) {{
+        over_q = f"""for (int64_t q = lane; q < {hidden}LL; q += 32) {{
         {c} wq[{gates}];
 #pragma unroll
-        for (int g = 0; g < {gates}; ++g) wq[g] = {_recurrence_w(k)};
+        for (int g = 0; g < {gates}; ++g) wq[g] = {_recurrence_w(k)};"""
+        w_at = "wq[g]"
+    sums = f"""{over_q}
 #pragma unroll
         for (int r = 0; r < {rows}; ++r) {{
             if (row0 + r >= {batch}LL) break;
             const {c} v = {h_at("r", "q")};
 #pragma unroll
-            for (int g = 0; g < {gates}; ++g) acc[g][r] += wq[g] * v;
+            for (int g = 0; g < {gates}; ++g) acc[g][r] += {w_at} * v;
         }}
     }}"""
     # The block's staged copy of the group's last states (every thread loads; rows past the batch are zeros).
