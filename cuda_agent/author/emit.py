@@ -81,7 +81,10 @@ class Variant:
     # small kernel), "always" for every kernel
     # cuda block-per-row kernels that pass over their row more than once (statistics, then outputs): "regs" keeps
     # each thread's share of the operands read in several passes in registers, "smem" the row in shared memory, so
-    # the row is read from memory once (later passes otherwise re-read it, from L2 at best); "none" re-reads
+    # the row is read from memory once (later passes otherwise re-read it, from L2 at best); "none" re-reads;
+    # "segment" splits a row too long for a block's shared memory over several blocks (``split_rows``), each keeping
+    # its segment there, in one cooperative launch: a row's blocks wait for each other's partial results of a pass
+    # instead of the launch's end, so the row is read from memory once (a GroupNorm's rows of a megabyte)
     cache: str = "none"
     # cuda: "fast" computes float exp, sigmoid, silu and quotients on the special-function units (ir.FAST_FLOAT),
     # within a few ulp; "exact" with the accurate library forms
@@ -123,6 +126,8 @@ CUDA_PRELUDE = (
 
 // A float's bits as an integer (a bitcast view: x.view(torch.int32)).
 __device__ __forceinline__ int32_t float_bits(float v) { return (int32_t)__float_as_uint(v); }
+// Four neighbouring elements of any type, moved by one access (16 bytes of floats; two of int64s).
+template <typename T> struct alignas(4 * sizeof(T)) Quad { T v[4]; };
 struct SumOp { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct ProdOp { template <typename T> __device__ T operator()(T a, T b) const { return a * b; } };
 struct MaxOp { template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
@@ -265,12 +270,12 @@ __device__ T tile_reduce(T v, Op op, T identity) {
 
 // A split row's result (emit.split_rows): the partial results of its n blocks (``p``: the thread's row's), combined
 // by the threads sharing the row (a block's, or the warps of a tile of 32 rows), in the same order in every block and
-// every launch, so all of them see the same value.
+// every launch, so all of them see the same value. Read from L2: in a cooperative launch, other SMs stored them.
 template <typename T, typename Op>
 __device__ T combine_partials(const T* p, int n, Op op, T identity, bool tile) {
     const int first = tile ? threadIdx.x >> 5 : threadIdx.x, step = tile ? blockDim.x >> 5 : blockDim.x;
     T v = identity;
-    for (int s = first; s < n; s += step) v = op(v, p[s]);
+    for (int s = first; s < n; s += step) v = op(v, __ldcg(p + s));
     return tile ? tile_reduce(v, op, identity) : block_reduce(v, op, identity);
 }
 
@@ -519,14 +524,7 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int |
     a warp's 32), keeps ``where`` ("regs": each thread's share in registers, "smem": the row in shared memory, a
     block per row only): those read at the row's own index in more than one pass over the row (statistics, then
     outputs); none when they would not fit."""
-    passes = [set().union(*(r.scope.identity_loads for r in group)) for group in _passes(kernel.reductions)]
-    if kernel.full_outputs:
-        passes.append(set(kernel.out_scope.identity_loads))
-    counts: dict[str, int] = {}
-    for loads in passes:
-        for b in loads:
-            counts[b] = counts.get(b, 0) + 1
-    buffers = frozenset(b for b, n in counts.items() if n > 1)
+    buffers = _reread(kernel)
     if where == "regs":
         items = _items(kernel, threads or block)
         # The block's threads share the SM's 64K registers: the cache takes at most half a thread's share (32
@@ -539,13 +537,25 @@ def row_cache(kernel: RowKernel, block: int, where: str = "regs", threads: int |
     return buffers if kernel.along_last and fits else frozenset()
 
 
-def _smem_layout(kernel: RowKernel, buffers: frozenset[str]) -> tuple[dict[str, int], int]:
-    """Byte offsets of the cached rows in shared memory (widest types first, so every row is aligned), and the
-    total."""
+def _reread(kernel: RowKernel) -> frozenset[str]:
+    """The buffers a kernel reads at the row's own index in more than one pass over the row."""
+    passes = [set().union(*(r.scope.identity_loads for r in group)) for group in _passes(kernel.reductions)]
+    if kernel.full_outputs:
+        passes.append(set(kernel.out_scope.identity_loads))
+    counts: dict[str, int] = {}
+    for loads in passes:
+        for b in loads:
+            counts[b] = counts.get(b, 0) + 1
+    return frozenset(b for b, n in counts.items() if n > 1)
+
+
+def _smem_layout(kernel: RowKernel, buffers: frozenset[str], length: int | None = None) -> tuple[dict[str, int], int]:
+    """Byte offsets of the cached rows (or segments of ``length``) in shared memory (widest types first, so every
+    row is aligned), and the total."""
     offsets, total = {}, 0
     for b in sorted(buffers, key=lambda b: (-_SIZEOF[kernel.reads[b].ctype], b)):
         offsets[b] = total
-        total += kernel.inner * _SIZEOF[kernel.reads[b].ctype]
+        total += (length or kernel.inner) * _SIZEOF[kernel.reads[b].ctype]
     return offsets, total
 
 
@@ -645,13 +655,16 @@ def _row_body(
     cache: str = "none",
     launch: int | None = None,
     online: bool = True,
+    coop: bool = False,
 ) -> list[str]:
     """Statements for one row ``o`` of a row kernel (coordinates, reductions, outputs) in ``layout`` (_LANES);
     ``cache``: where a block or a warp per row keeps the operands several passes read ("regs", "smem": a block's
     only; ``row_cache``), or "none". ``launch``: of a split row (``split_rows``), the statements of that launch for
     the block's segment of the row: pass ``launch`` over it (the earlier passes' results combined from their
     partials), or the outputs after the last pass. ``online``: a max and a sum of exponentials in one pass where
-    the row is read from memory each pass (``online_softmax``)."""
+    the row is read from memory each pass (``online_softmax``). ``coop``: of a split row in one cooperative launch
+    (``_cuda_coop_row``: its blocks keep their segment ``seg`` in shared memory), every pass over the segment, each
+    ending in the row's blocks' meeting (``_meet``), then the outputs."""
     shape, reduced = kernel.shape, list(kernel.reduced)
     outer = [j for j in range(len(shape)) if j not in reduced]
     full_index = linear_index(shape, tuple(f"i{j}" for j in range(len(shape))))
@@ -670,23 +683,24 @@ def _row_body(
     row_guard, element_guard = _GUARDS[layout]
     # The elements the row's threads visit: the row, or the block's segment of a split row.
     first_group, bound = f"(int64_t)({start}) * 4", f"{kernel.inner}LL"
-    split = launch is not None
-    if launch is not None:
+    split = launch is not None or coop
+    if split:
         segment = split_segment(kernel)
+        # Every other launch takes the segments from the last: its first blocks read what the previous one read
+        # last, which L2 may still hold. (A cooperative launch's blocks are given theirs.)
+        if launch is not None:
+            lines.append(f"const int64_t seg = {'gridDim.x - 1 - blockIdx.x' if launch % 2 else 'blockIdx.x'};")
         lines += [
-            # Every other launch takes the segments from the last: its first blocks read what the previous one
-            # read last, which L2 may still hold.
-            f"const int64_t seg = {'gridDim.x - 1 - blockIdx.x' if launch % 2 else 'blockIdx.x'};",
             f"const int64_t seg0 = seg * {segment};",
             f"const int64_t seg_end = seg0 + {segment} < {bound} ? seg0 + {segment} : {bound};",
         ]
         start, first_group, bound = f"seg0 + {start}", "seg0 + (int64_t)threadIdx.x * 4", "seg_end"
-        row_guard = row_guard.replace("if (", "if (blockIdx.x == 0 && ")
+        row_guard = row_guard.replace("if (", "if (seg == 0 && ")
     loop = f"for (int64_t r = {start}; r < {bound}; r += {step})"
     cached: dict[str, str] = {}
     threads = 32 if layout == "warp" else block
     caching = (layout == "block" and cache != "none") or (layout == "warp" and cache == "regs")
-    buffers = row_cache(kernel, block, cache, threads) if caching else frozenset()
+    buffers = _reread(kernel) if coop else row_cache(kernel, block, cache, threads) if caching else frozenset()
     items = _items(kernel, threads)
     # Item k of every loop is the same element r in a thread, so element k of a thread's cache is the one it loaded
     # and a scan's groups are the elements its passes read; unrolled over a compile-time count, the cache arrays
@@ -716,8 +730,8 @@ def _row_body(
     elif buffers:
         # Every pass visits the same elements r in each thread: a thread reads back only what it stored, so the
         # row needs no barrier between the preload and the passes, nor before the next row's preload.
-        offsets, _ = _smem_layout(kernel, buffers)
-        cached = {b: f"s_{b}[r]" for b in sorted(buffers)}
+        offsets, _ = _smem_layout(kernel, buffers, split_segment(kernel) if coop else None)
+        cached = {b: f"s_{b}[r - seg0]" if coop else f"s_{b}[r]" for b in sorted(buffers)}
         lines.append("extern __shared__ __align__(16) unsigned char row_smem[];")
         for b in sorted(buffers):
             t = kernel.reads[b].ctype
@@ -750,6 +764,18 @@ def _row_body(
         fill = [f"const int64_t r0 = ((int64_t)q * {threads} + {start}) * 4;"]
         fill += [f"load4(&c_{b}[4 * q], {b} + {_row_offset(kernel, begin)}, aligned);" for b in sorted(buffers)]
         lines += _unrolled(f"for (int q = 0; q < {items // 4}; ++q)", fill)
+    elif buffers and coop:
+        # A block's segment, 16 bytes a load where the operands have groups of 4: its threads then read what others
+        # stored (its passes' loops are not this one), between barriers (the first: the block's previous segment
+        # read to its end).
+        lines.append("__syncthreads();")
+        if set(buffers) <= set(quads):
+            fill = [f"load4(s_{b} + (r0 - seg0), {b} + {_row_offset(kernel, 'r0')}, aligned);" for b in sorted(buffers)]
+            lines += _loop(f"for (int64_t r0 = {first_group}; r0 < {bound}; r0 += {threads * 4})", fill)
+        else:
+            fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
+            lines += _loop(loop, element + fill)
+        lines.append("__syncthreads();")
     elif buffers:
         fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
         lines += _loop(loop, element + fill)
@@ -822,13 +848,15 @@ def _row_body(
             continue
         body = []
         loads = _pass_quads(quads, cached, [red.scope for red in group])
+        ahead = _ahead(kernel, layout, device, cached, [red.scope for red in group])
+        held = {b: f"q_{b}[j]" for b in loads} | {b: loaded(kernel.reads[b], f"pf_{b}[u]") for b in ahead}
         for red in group:
             identity, combine = reduction(red.node.op, red.node.ctype)
             t = red.node.ctype
             lines.append(f"{t} acc_{red.var} = ({t})({identity});")
             # The group's scopes load the same operands at the same coordinates: each such constant declared once
             # (other statements, such as a pooling window's loop, are the scope's own).
-            scope = _scope_body(kernel, red.scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
+            scope = _scope_body(kernel, red.scope, full_index, cached | held)
             _declare_once(body, scope)
             if _compensated(red.node.op, t, share):
                 lines.append(f"{t} comp_{red.var} = ({t})0;")
@@ -837,6 +865,8 @@ def _row_body(
                 body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
         if quads:
             _declare_once(lines, over_groups(body, loads, []))
+        elif ahead:
+            _declare_once(lines, _loop_ahead(kernel, ahead, element, body, full_index))
         else:
             _declare_once(lines, _loop(loop, element + body))
         paired = combine_threads == "block_reduce" and len(group) == 2
@@ -848,11 +878,14 @@ def _row_body(
             lines.append(f"block_reduce2({', '.join(pair)});")
         for red in group:
             identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
+            name = f"part_{red.var}" if coop else red.var  # the block's part of the row's result
             if combine_threads and not paired:
                 combined = f"{combine_threads}<{t}>(acc_{red.var}, {_OPS[red.node.op]}(), ({t})({identity}))"
-                lines.append(f"const {t} {red.var} = {combined};")
+                lines.append(f"const {t} {name} = {combined};")
             else:
-                lines.append(f"const {t} {red.var} = acc_{red.var};")
+                lines.append(f"const {t} {name} = acc_{red.var};")
+        if coop:
+            lines += _meet(kernel, group, looped)
         if split and looped == launch:  # this launch's pass: the block's partial results, and no more
             stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + seg] = {r.var};" for r in group)
             lines.append(_GUARDS[layout][0] + f"{{ {stores} }}")
@@ -882,6 +915,57 @@ def _row_body(
         stores = " ".join(stored(kernel.writes[b], f"{b}[{off}]", var) for b, var, off in kernel.reduced_outputs)
         lines.append(row_guard + "{ " + stores + " }")
     return lines
+
+
+def _meet(kernel: RowKernel, group: list[FusedReduction], looped: int) -> list[str]:
+    """A cooperative split row's meeting after pass ``looped`` (``_row_body``'s coop): the block's part of each
+    result stored, then its arrival counted, then, once every block of the row has arrived, the parts combined
+    (in the same order in every block, so all of them see the same value). The stores are visible before the
+    count (a fence between); the parts are read from L2 (``combine_partials``), where the other SMs stored them."""
+    stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + seg] = part_{r.var};" for r in group)
+    arrived = f"reinterpret_cast<unsigned*>({kernel.arrivals}) + o"
+    lines = [
+        "if (threadIdx.x == 0) {",
+        f"    {stores}",
+        "    __threadfence();",
+        f"    atomicAdd({arrived}, 1u);",
+        f"    while (*reinterpret_cast<volatile unsigned*>({arrived}) < {(looped + 1) * kernel.split}u) {{",
+        "    }",
+        "    __threadfence();",
+        "}",
+        "__syncthreads();",
+    ]
+    for red in group:
+        identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
+        partials = f"{kernel.partials[red.var]} + o * {kernel.split}, {kernel.split}"
+        combined = f"combine_partials<{t}>({partials}, {_OPS[red.node.op]}(), ({t})({identity}), false)"
+        lines.append(f"const {t} {red.var} = {combined};")
+    return lines
+
+
+# Elements a thread of a thread-per-row kernel loads ahead of combining them (``_loop_ahead``).
+AHEAD = 8
+
+
+def _ahead(kernel: RowKernel, layout: str, device: str, cached: dict[str, str], scopes: list[Scope]) -> list[str]:
+    """The operands a thread-per-row pass over rows of a multiple of ``AHEAD`` elements loads ahead: those its
+    ``scopes`` read at their own element (cuda; but for the ones a thread keeps, ``cached``)."""
+    if layout != "thread" or device != "cuda" or kernel.inner % AHEAD:
+        return []
+    return sorted({b for scope in scopes for b in scope.identity_loads if b not in cached})
+
+
+def _loop_ahead(kernel: RowKernel, ahead: list[str], element: list[str], body: list[str], index: str) -> list[str]:
+    """A thread's pass over its row, ``AHEAD`` elements at a time: their loads of the ``ahead`` operands (into
+    ``pf_{b}``) first, then ``body`` for each. Each element of a column reduction is one load, and a body that
+    holds many registers (an argmax's 64-bit keys) had nvcc interleave the next loads with it, reusing their
+    registers: two or three of a thread's loads in flight, where a GPU needs more to hide memory's latency."""
+    each = f"for (int u = 0; u < {AHEAD}; ++u)"
+    at = ["const int64_t r = r0 + u;", *element]
+    fetch = [f"pf_{b}[u] = {b}[{index}];" for b in ahead]
+    chunk = [f"{kernel.reads[b].storage} pf_{b}[{AHEAD}];" for b in ahead]
+    chunk += _unrolled(each, at + fetch) + _unrolled(each, at + body)
+    return _loop(f"for (int64_t r0 = 0; r0 < {kernel.inner}LL; r0 += {AHEAD})", chunk)
 
 
 def online_softmax(kernel: RowKernel) -> bool:
@@ -1168,13 +1252,7 @@ def _indent(lines: list[str], n: int) -> str:
 
 
 def _vectorizable(kernel: RowKernel, variant: Variant) -> bool:
-    scope = kernel.out_scope
-    return (
-        variant.vec == 4
-        and not kernel.reduced
-        and kernel.outer % 4 == 0
-        and all(n.storage == "float" for n in [*scope.identity_loads.values(), *kernel.writes.values()])
-    )
+    return variant.vec == 4 and not kernel.reduced and kernel.outer % 4 == 0
 
 
 def warp_rows(kernel: RowKernel) -> bool:
@@ -1201,21 +1279,35 @@ def row_layout(kernel: RowKernel, variant: Variant) -> str:
 # SPLIT_MIN_SEGMENT elements, so that its reads outweigh the launches and the combining of partial results.
 SPLIT_BLOCKS = 1024
 SPLIT_MIN_SEGMENT = 8192
+# Shared memory a block keeps its segment of a split row in (Variant.cache "segment"): a few blocks an SM, so one
+# block's loads are in flight while another waits for its row's other blocks.
+SEGMENT_BYTES = 48 * 1024
+# Blocks a row so split may take at most: every one of them must run at once (a block or more an SM of a GPU with
+# at least this many SMs; an H100 has 132). Rows longer than SEGMENTS_MAX segments are longer than the GPU's memory
+# on chip, or near it (a BatchNorm's channel over a whole batch).
+SEGMENTS_MAX = 128
 
 
 def split_rows(kernel: RowKernel, variant: Variant) -> int:
     """Blocks each row of ``kernel`` is split into under ``variant`` (1: none): rows a block each or 32 a block (a
     tile: columns), of reductions whose partial results combine (a scan's do not), where the layout is left to the
-    author and no block keeps its row (``Variant.cache``)."""
+    author and no block keeps its row (``Variant.cache``). Where blocks keep their segment ("segment"): rows a
+    block each that some pass re-reads, in segments of at most ``SEGMENT_BYTES``."""
     layout = row_layout(kernel, variant)
+    segments = variant.cache == "segment"
     if (
         variant.rows != "auto"
-        or variant.cache != "none"
+        or variant.cache not in ("none", "segment")
         or layout not in ("block", "tile")
         or kernel.scan is not None
         or any(r.node.op not in _OPS for r in kernel.reductions if not r.invariant)
     ):
         return 1
+    if segments:
+        held = _smem_layout(kernel, _reread(kernel))[1]
+        split = -(-held // SEGMENT_BYTES)
+        fits = layout == "block" and kernel.along_last and 1 < split <= SEGMENTS_MAX
+        return split if fits else 1
     rows = 1 if layout == "block" else 32  # a block's
     return max(1, min(-(-SPLIT_BLOCKS * rows // kernel.outer), kernel.inner * rows // SPLIT_MIN_SEGMENT))
 
@@ -1234,7 +1326,8 @@ def _split_launches(kernel: RowKernel) -> int:
 def _cuda_split_row(kernel: RowKernel, variant: Variant) -> str:
     """A split row kernel (``split_rows``): a launch per pass, each a block per segment of each row or tile of 32
     rows (blockIdx.x the segment, blockIdx.y the row or tile), then one for the outputs; a row's reduced outputs are
-    its first segment's block's to store."""
+    its first segment's block's to store. Where blocks keep their segment (``_cuda_coop_row``), those launches are
+    what runs if the cooperative launch is refused."""
     params, names = _params(kernel, "cuda")
     layout = row_layout(kernel, variant)
     block, text, launches = variant.block, "", []
@@ -1258,6 +1351,9 @@ __global__ void __launch_bounds__({block}) {name}({params}) {{
 """
         segments = kernel.split if kernel.full_outputs or not last else 1
         launches.append(f"{name}<<<dim3({segments}, {tiles}), {block}, 0, stream>>>({names});")
+    if kernel.arrivals is not None:
+        text += _cuda_coop_row(kernel, block, params, names)
+        launches[:0] = [f"if ({kernel.name}_coop({names}, stream)) return;"]
     return (
         text
         + f"""
@@ -1266,6 +1362,45 @@ extern "C" void {kernel.name}({_launcher_params(kernel, "cuda")}) {{
 }}
 """
     )
+
+
+def _cuda_coop_row(kernel: RowKernel, block: int, params: str, names: str) -> str:
+    """A split row's blocks keeping their segment in shared memory (``Variant.cache`` "segment"): one cooperative
+    launch of as many blocks as run at once, in whole rows' worth (each row's ``split`` segments taken by as many
+    consecutive blocks, in step), each block taking its rows' segments in turn and meeting the row's other blocks
+    after each pass (``_meet``). No block waits for one that cannot run: a block waits only for segments of its
+    own row, which come before or with its own in every other block's turn, and every block runs. Its launcher
+    answers whether the launch ran (a GPU with too few SMs or too little shared memory a block refuses it)."""
+    rows, split = kernel.outer, kernel.split
+    body = _row_body(kernel, "cuda", "block", block, coop=True)
+    smem = _smem_layout(kernel, _reread(kernel), split_segment(kernel))[1]
+    arguments = ", ".join(f"(void*)&{n}" for n in names.split(", "))
+    return f"""
+__global__ void __launch_bounds__({block}) {kernel.name}_segments({params}) {{
+    for (int64_t item = blockIdx.x; item < {rows * split}LL; item += gridDim.x) {{
+        const int64_t o = item / {split}, seg = item % {split};
+{_indent(body, 8)}
+    }}
+}}
+
+static bool {kernel.name}_coop({params.replace("__restrict__ ", "")}, cudaStream_t stream) {{
+    int device = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaFuncSetAttribute({kernel.name}_segments, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem});
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {kernel.name}_segments, {block}, {smem});
+    const long long rows_at_once = (long long)sms * per_sm / {split};
+    if (rows_at_once < 1) return false;
+    const unsigned grid = (unsigned)((rows_at_once < {rows}LL ? rows_at_once : {rows}LL) * {split});
+    cudaMemsetAsync({kernel.arrivals}, 0, {rows} * sizeof(unsigned), stream);
+    void* arguments[] = {{{arguments}}};
+    if (cudaLaunchCooperativeKernel({kernel.name}_segments, dim3(grid), dim3({block}), arguments, {smem}, stream)
+        == cudaSuccess)
+        return true;
+    cudaGetLastError();
+    return false;
+}}
+"""
 
 
 def _cuda_row(kernel: RowKernel, variant: Variant) -> str:
@@ -1314,7 +1449,10 @@ __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
     vec_launch = ""
     if _vectorizable(kernel, variant):
         text += _cuda_vec4(kernel, params, block)
-        aligned = " && ".join(f"((uintptr_t){b} % 16 == 0)" for b in [*kernel.out_scope.identity_loads, *kernel.writes])
+        aligned = " && ".join(
+            f"((uintptr_t){b} % sizeof(Quad<{n.storage}>) == 0)"
+            for b, n in [*kernel.out_scope.identity_loads.items(), *kernel.writes.items()]
+        )
         quads = kernel.outer // 4
         vec_launch = (
             f"    if ({aligned}) {{\n"
@@ -1335,20 +1473,32 @@ extern "C" void {kernel.name}({_launcher_params(kernel, "cuda")}) {{
 
 
 def _cuda_vec4(kernel: RowKernel, params: str, block: int) -> str:
-    """Elementwise kernel over quads: operands at the kernel's own index move as float4, the rest per element."""
+    """Elementwise kernel over quads: operands at the kernel's own index move as ``Quad``s (a float4's 16 bytes;
+    an index's 32: a gather's indices and its reads of them all in flight), the rest per element."""
     scope = kernel.out_scope
     outer = list(range(len(kernel.shape)))
+    last = kernel.shape[-1] if kernel.shape else 1
+    # Where a quad lies within a row of the last dim, its lanes share every other coordinate: computed once, the
+    # same variables in each lane's statements, so what they read and compute from them alone (a batch norm's
+    # channel statistics, its reciprocal square root) is common to the lanes and compiled once.
+    at = "(int)(q)" if kernel.outer < 2**31 else "q"  # in 32 bits where it fits, as _coords divides
+    shared = _coords(outer[:-1], kernel.shape, f"({at} / {last // 4})") if last % 4 == 0 else []
     lane_lines = []
-    for lane, comp in enumerate("xyzw"):
-        body = [f"const int64_t o = q * 4 + {lane};", *_coords(outer, kernel.shape, "o")]
-        body += [f"const float ld_{b} = v_{b}.{comp};" for b in scope.identity_loads]
+    for lane in range(4):
+        body = [f"const int64_t o = q * 4 + {lane};"]
+        if last % 4 == 0:
+            body.append(f"const int64_t i{len(outer) - 1} = ({at} % {last // 4}) * 4 + {lane};")
+        else:
+            body += _coords(outer, kernel.shape, "o")
+        body += [f"const {n.ctype} ld_{b} = {loaded(n, f'v_{b}.v[{lane}]')};" for b, n in scope.identity_loads.items()]
         body += scope.stmts
-        body += [f"w_{b}.{comp} = {v};" for b, v in kernel.full_outputs]
+        body += [stored(kernel.writes[b], f"w_{b}.v[{lane}]", v) for b, v in kernel.full_outputs]
         lane_lines.append("{\n" + _indent(body, 4) + "\n}")
-    loads = [f"const float4 v_{b} = reinterpret_cast<const float4*>({b})[q];" for b in scope.identity_loads]
-    decl = [f"float4 w_{b};" for b in kernel.writes]
-    stores = [f"reinterpret_cast<float4*>({b})[q] = w_{b};" for b in kernel.writes]
-    body = loads + decl + lane_lines + stores
+    quad = {b: f"Quad<{n.storage}>" for b, n in [*scope.identity_loads.items(), *kernel.writes.items()]}
+    loads = [f"const {quad[b]} v_{b} = reinterpret_cast<const {quad[b]}*>({b})[q];" for b in scope.identity_loads]
+    decl = [f"{quad[b]} w_{b};" for b in kernel.writes]
+    stores = [f"reinterpret_cast<{quad[b]}*>({b})[q] = w_{b};" for b in kernel.writes]
+    body = shared + loads + decl + lane_lines + stores
     quads = kernel.outer // 4
     return f"""
 __global__ void __launch_bounds__({block}) {kernel.name}_vec4({params}) {{
@@ -3133,8 +3283,13 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             nodes = {r.var: r.node for r in k.reductions}
             for var, name in partials.items():
                 buffers[name] = Node(name, "partials", OpKind.REDUCTION, (k.outer, split), nodes[var].dtype)
-            writes = {**k.writes, **{b: buffers[b] for b in partials.values()}}
-            k = replace(k, split=split, partials=partials, writes=writes)
+            scratch = list(partials.values())
+            if variant.cache == "segment":  # and the rows' counters of arrived blocks
+                scratch.append(f"b{k.name}_arrivals")
+                buffers[scratch[-1]] = Node(scratch[-1], "arrivals", OpKind.REDUCTION, (k.outer,), "int32")
+            writes = {**k.writes, **{b: buffers[b] for b in scratch}}
+            arrivals = scratch[-1] if variant.cache == "segment" else None
+            k = replace(k, split=split, partials=partials, writes=writes, arrivals=arrivals)
         if isinstance(k, ConvKernel) and variant.conv == "implicit" and variant.gemm == "tf32x3" and tap_major(k):
             name = taps_buffer(k)
             buffers[name] = Node(name, "taps", OpKind.CONVOLUTION, (k.reads[k.w].numel,), "float32")

@@ -66,6 +66,21 @@ class Digit(str):
         return digit
 
 
+class Flat(str):
+    """A flat index over several dims (``linear_index``) that remembers their sizes and coordinates: split over the
+    same sizes again (``reshape_coords``: a reshape, then its inverse), it gives those coordinates back, so that a
+    kernel iterating a reduction's rows (a GroupNorm's groups) recognizes its own coordinates in the reshaped
+    output's expression."""
+
+    parts: tuple[tuple[int, str], ...]
+
+    @staticmethod
+    def of(text: str, parts: tuple[tuple[int, str], ...]) -> Flat:
+        flat = Flat(text)
+        flat.parts = parts
+        return flat
+
+
 def linear_index(shape: tuple[int, ...], coords: Coords) -> str:
     """C expression of the contiguous offset of ``coords`` in ``shape``; size-1 dims and zero coords drop out, and
     runs of one flat index's digits (``Digit``) fold back into it."""
@@ -91,7 +106,11 @@ def linear_index(shape: tuple[int, ...], coords: Coords) -> str:
             value = f"{value if value.isidentifier() else f'({value})'} * {last_stride}LL"
         terms.append(value)
         k = end
-    return " + ".join(terms) or "0"
+    if len(terms) == 1:
+        return terms[0]
+    text = " + ".join(terms) or "0"
+    plain = len(dims) > 1 and not any(isinstance(c, Digit) for c, _, _ in dims)
+    return Flat.of(text, tuple((n, c) for c, n, _ in dims)) if plain else text
 
 
 def _next_digit(high: str, low: str, low_size: int) -> bool:
@@ -142,10 +161,15 @@ def reshape_coords(src: tuple[int, ...], dst: tuple[int, ...], coords: Coords) -
             out[sg[0]] = coords[dg[0]]
             continue
         flat = linear_index(tuple(dst[i] for i in dg), tuple(coords[i] for i in dg))
+        parts = getattr(flat, "parts", ())
+        if [n for n, _ in parts] == [src[i] for i in sg]:  # the dims ``flat`` was made of
+            for i, (_, c) in zip(sg, parts, strict=True):
+                out[i] = c
+            continue
         stride = sp
         for k, i in enumerate(sg):
             stride //= src[i]
-            q = f"({flat})" if stride == 1 else f"(({flat}) / {stride}LL)"
+            q = (flat if flat.isidentifier() else f"({flat})") if stride == 1 else f"(({flat}) / {stride}LL)"
             out[i] = Digit.of(q if k == 0 else f"({q} % {src[i]}LL)", flat, stride, src[i], k == 0)
     return tuple(out)
 
@@ -225,6 +249,9 @@ class RowKernel:
     # outer x split values) and combined by the blocks of the later launches.
     split: int = 1
     partials: dict[str, str] = field(default_factory=dict)
+    # A split row run as one cooperative launch (emit.Variant.cache "segment"): the buffer of a counter a row, of
+    # its blocks' partial results stored so far, which the row's blocks wait on instead of a launch's end.
+    arrivals: str | None = None
 
     @property
     def reduced(self) -> tuple[int, ...]:
@@ -494,12 +521,25 @@ class Planner:
                 self.materialized[id(also)] = also_name
                 self.buffers[also_name] = also
         else:
-            kernel = RowKernel("", node.shape, None)
-            coords = tuple(f"i{j}" for j in range(len(node.shape)))
+            shape = self._rows_shape(node)
+            kernel = RowKernel("", shape, None)
+            own = tuple(f"i{j}" for j in range(len(shape)))
+            coords = own if shape == node.shape else reshape_coords(node.shape, shape, own)
             value = self.value(kernel, kernel.out_scope, node, coords)
             kernel.full_outputs.append((name, value))
         kernel.writes[name] = node
         return self._add(kernel, node, name)
+
+    def _rows_shape(self, node: Node) -> tuple[int, ...]:
+        """The shape an elementwise kernel computing ``node`` iterates: ``node``'s, or, where ``node`` reads a
+        reduction over a reshape of it (a GroupNorm's output, its groups' rows merged back into channels), the
+        reduction's input's, so that the kernel's rows are the reduction's and it fuses it (its elements are
+        ``node``'s in the same order)."""
+        for red in self._inlined_reductions(node):
+            rows = red.args[0].shape
+            if rows != node.shape and math.prod(rows) == node.numel and red.attrs["dims"]:
+                return rows
+        return node.shape
 
     def _dependent_reduction(self, red: Node) -> Node | None:
         """The last reduction over the same rows as ``red`` that reads it through pointwise and view nodes (a
@@ -579,7 +619,7 @@ class Planner:
             if red is not node and rows != own and red.attrs["dims"] and not self._needs_staging(red):
                 groups.setdefault(rows, []).append(red)
         for (shape, dims), reds in groups.items():
-            if node.shape == shape:  # reductions this kernel may fuse
+            if self._rows_shape(node) == shape:  # reductions this kernel may fuse
                 continue
             # The arithmetic on them that is the same for a whole row (a norm's mean and reciprocal standard
             # deviation from its sums) is done once a row here, not once an element by the kernel reading it.
@@ -769,6 +809,7 @@ class Planner:
         counted = a["reduce"] == "sum" and not (a["adaptive"] or a["count_pad"] or a["divisor"])
         lines = [f"{t} {var} = ({t})({identity});", *([f"int64_t n_{var} = 0;"] if counted else [])]
         sizes = []  # per dim: the window's extent as avg_pool's count_include_pad divides by it
+        inside = []  # per fixed window's dim: its tap's test of lying within the input
         for j, h in enumerate(taps):
             c, n, m = coords[first + j], src.shape[first + j], node.shape[first + j]
             if a["adaptive"]:
@@ -781,15 +822,19 @@ class Planner:
             lines += [
                 f"for (int64_t a{j}_{var} = 0; a{j}_{var} < {k}; ++a{j}_{var}) {{",
                 f"const int64_t {h} = {start} + a{j}_{var} * {dilation}LL;",
-                f"if ({h} < 0 || {h} >= {n}LL) continue;",
             ]
+            inside.append(f"{h} >= 0 && {h} < {n}LL")
             # Windows end at the padded input's edge; only ceil mode makes one reach past it.
             if (m - 1) * stride - pad + k <= n + pad:
                 sizes.append(str(k))
             else:
                 sizes.append(f"(({start} + {k}LL < {n + pad}LL ? {start} + {k}LL : {n + pad}LL) - {start})")
         load = loaded(src, f"{buffer}[{linear_index(src.shape, (*coords[:first], *taps))}]")
-        lines += [f"{var} = {combine.format(a=var, v=load)};", *([f"++n_{var};"] if counted else [])]
+        # The taps' tests join in the innermost loop, so that every tap's load is one predicated instruction of the
+        # unrolled window, all in flight at once (a test per dim's loop branched around a row of them: nvcc 13 kept
+        # a 3x3 window's loads 3 at a time in flight).
+        update = [f"{var} = {combine.format(a=var, v=load)};", *([f"++n_{var};"] if counted else [])]
+        lines += [f"if ({' && '.join(inside)}) {{", *update, "}"] if inside else update
         scope.stmts += [*lines, *("}" * len(taps))]
         if a["reduce"] == "amax":
             return var

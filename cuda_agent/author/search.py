@@ -119,6 +119,11 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     split = [k for k in rows if split_rows(k, base) > 1]
     if split:
         out.insert(0, replace(base, rows=row_layout(split[0], base)))
+    # Rows a block's shared memory cannot hold, split over blocks that keep their segments (read from memory once,
+    # where the split rows above read theirs once a pass): second, after the simpler kernels.
+    segments = replace(base, cache="segment")
+    if any(split_rows(k, segments) > 1 for k in rows):
+        out.insert(1, segments)
     if tf32 and not own_only:  # the library calls on tensor cores, where the tolerance admits their rounding
         # TF32 is a way to multiply float32 operands: 16-bit products are on tensor cores already.
         fp32_gemm = any(k.node.dtype == "float32" for k in gemms)

@@ -11,11 +11,14 @@
 #include <array>
 #include <atomic>
 #include <barrier>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -28,7 +31,6 @@ using namespace std;  // exp, fmax, ... resolve to the float overloads, as in CU
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
-#define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 
 // The special-function units' float math as the GPU rounds it: __expf is ex2.approx of the product x * log2(e),
@@ -69,12 +71,34 @@ struct EmuWarp {
 };
 // The running block's barrier, warps and dynamic shared memory, a thread's own: a cooperative launch runs its blocks
 // at once.
-struct alignas(16) EmuSmem {
+struct alignas(64) EmuSmem {
     unsigned char bytes[256 * 1024];
 };
 inline thread_local std::barrier<>* emu_block;
 inline thread_local std::vector<std::unique_ptr<EmuWarp>>* emu_warps;
 inline thread_local unsigned char* emu_dynamic_smem;
+
+// A block's static shared arrays (a block reduction's partials), one set a block as on a GPU, where a cooperative
+// launch's blocks, running at once, must not share them: tests/author/helpers.py declares each ``__shared__ T
+// name[n];`` as ``auto& name = emu_block_static<T[n], __LINE__>();``, one array a declaration and block (the same
+// declaration reached twice by a block, the same array).
+struct EmuStatics {
+    std::mutex lock;
+    std::map<const void*, std::unique_ptr<EmuSmem>> arrays;
+    void* get(const void* tag, size_t bytes) {
+        assert(bytes <= sizeof(EmuSmem));
+        std::lock_guard<std::mutex> held(lock);
+        auto& array = arrays[tag];
+        if (!array) array = std::make_unique<EmuSmem>();
+        return array->bytes;
+    }
+};
+inline thread_local EmuStatics* emu_statics;
+template <typename A, int Line>
+A& emu_block_static() {
+    static const char tag = 0;  // one a declaration (and type)
+    return *reinterpret_cast<A*>(emu_statics->get(&tag, sizeof(A)));
+}
 
 inline void __syncthreads() { emu_block->arrive_and_wait(); }
 
@@ -258,6 +282,7 @@ struct EmuBlock {
     std::barrier<> barrier;
     std::vector<std::unique_ptr<EmuWarp>> warps;
     std::unique_ptr<EmuSmem> smem = std::make_unique<EmuSmem>();
+    EmuStatics statics;
     std::vector<std::thread> threads;
     explicit EmuBlock(unsigned block) : size(block), barrier(block) {
         for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<EmuWarp>());
@@ -271,6 +296,7 @@ struct EmuBlock {
                 emu_block = &barrier;
                 emu_warps = &warps;
                 emu_dynamic_smem = smem->bytes;
+                emu_statics = &statics;
                 kernel();
             });
         }
@@ -312,6 +338,10 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, K, int, s
     return cudaSuccess;
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+    std::memset(p, value, bytes);
+    return cudaSuccess;
+}
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned* address, unsigned value) { return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST); }
 template <typename T>

@@ -26,6 +26,7 @@ from cuda_agent.author.plan import Plan
 
 EMULATOR = Path(__file__).with_name("cuda_emulator.h")
 _LAUNCH = re.compile(r"(\w+)<<<(.+?), (\d+), (\w+), stream>>>\((.*?)\);")
+_STATIC_SHARED = re.compile(r"__shared__ (?:__align__\(\d+\) )?([\w<>:]+) (\w+)((?:\[\w+\])+);")
 
 
 def emulated_cuda(source: str) -> str:
@@ -38,6 +39,8 @@ def emulated_cuda(source: str) -> str:
             f"extern __shared__ __align__(16) {declared} {kind}[];",
             f"{declared}* {kind} = reinterpret_cast<{declared}*>(emu_dynamic_smem);",
         )
+    # (each block's own static shared arrays: cuda_emulator.h's emu_block_static)
+    source = _STATIC_SHARED.sub(r"auto& \2 = emu_block_static<\1\3, __LINE__>();", source)
     return _LAUNCH.sub(r"emu_launch(\1, \2, \3, \4, \5);", source)
 
 

@@ -227,6 +227,33 @@ def test_our_gemm_kernels_match_the_reference_emulated(name: str, tmp_path: Path
     _match_the_reference(source, tmp_path, ours)
 
 
+# Rows longer than a block's shared memory keeps (48 KB: 12288 floats), split over blocks that keep their segments
+# (cache="segment"): two blocks run at once in the emulator, a row's two segments, taking the rows in turn; a pass
+# and its meeting (a LayerNorm's or a GroupNorm's statistics), or two (a softmax's max, then its sum of exponentials).
+SEGMENTED = {
+    "layernorm": problems.problem(
+        "        self.norm = nn.LayerNorm(12500)", "        return self.norm(x)", "[torch.randn(3, 12500)]"
+    ),
+    "softmax": problems.problem("        pass", "        return torch.softmax(x, dim=-1)", "[torch.randn(3, 12500)]"),
+    # a GroupNorm's rows (its groups, 4 channels of 64 x 64) and its output (channels, as the input's) one kernel
+    "groupnorm": problems.problem(
+        "        self.norm = nn.GroupNorm(2, 8)", "        return self.norm(x)", "[torch.randn(2, 8, 64, 64)]"
+    ),
+    # a training BatchNorm's channels: rows over dims 0, 2 and 3, runs of 4096 contiguous elements
+    "batchnorm": problems.problem(
+        "        self.bn = nn.BatchNorm2d(3)", "        return self.bn(x)", "[3.0 + torch.randn(4, 3, 64, 64)]"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SEGMENTED))
+def test_rows_split_over_blocks_keeping_their_segments_match_the_reference_emulated(name: str, tmp_path: Path) -> None:
+    source = SEGMENTED[name]
+    segmented = [v for v in variants(plan_graph(capture_problem(source)), "cuda") if v.cache == "segment"]
+    assert segmented
+    _match_the_reference(source, tmp_path, segmented)
+
+
 # A GRU over two groups of batch rows (11: 6 and 5, the second short) and lanes with two columns of W_hh (the second
 # ragged)
 RAGGED_RECURRENCE = problems.problem(

@@ -9,6 +9,7 @@ import pytest
 
 from cuda_agent.agent import KernelEnv, create_policy, run_rollout
 from cuda_agent.author import author_problem
+from cuda_agent.author.emit import Variant
 from cuda_agent.contracts.agent import RolloutConfig, TerminationReason
 from cuda_agent.contracts.candidate import CandidateForm, CandidateSource
 from cuda_agent.contracts.common import CompileStatus, Device, TolerancePreset
@@ -139,17 +140,27 @@ def test_generated_library_calls_and_knobs_compile_with_nvcc(source: str, knob: 
 @pytest.mark.sandbox
 @pytest.mark.slow
 def test_split_rows_build_under_the_candidate_rules() -> None:
-    """The second variant of a batch norm's four long rows splits them across blocks (emit.split_rows): its
-    launcher takes the partial results' buffers (double*) among its tensors and builds with nvcc."""
-    (_, unsplit), (_, split) = author_problem(problems.BATCHNORM_TRAINING, "cuda").variants[:2]
-    assert "combine_partials<" not in unsplit["kernels/author.cu"]
+    """A batch norm's four long rows (a block each, first) split across blocks (emit.split_rows): a launch a pass
+    (8 blocks a row), or one cooperative launch whose blocks keep their segments (6 a row, their counters of
+    arrived blocks among the tensors, and the launches a pass behind it); each launcher takes the partial results'
+    buffers (double*) among its tensors and builds with nvcc."""
+    variants = dict(author_problem(problems.BATCHNORM_TRAINING, "cuda").variants)
+    unsplit, split, segments = (
+        variants[Variant(rows=rows, cache=cache).label()]
+        for rows, cache in (("block", "none"), ("auto", "none"), ("auto", "segment"))
+    )
+    assert "combine_partials<" not in unsplit["kernels/author.cu"] and "_segments" not in split["kernels/author.cu"]
     assert (
         "combine_partials<double>(" in split["kernels/author.cu"]
         and "_pass0<<<dim3(8, 4)" in split["kernels/author.cu"]
     )
-    request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=split), device=Device.CUDA)
-    result = LocalBackend().compile(request)
-    assert result.status is CompileStatus.OK, result.log[-3000:]
+    source = segments["kernels/author.cu"]
+    assert "cudaLaunchCooperativeKernel(k0_add_segments" in source and "_pass0<<<dim3(6, 4)" in source
+    assert "int32_t* bk0_add_arrivals, cudaStream_t stream)" in source
+    for files in (split, segments):
+        request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
+        result = LocalBackend().compile(request)
+        assert result.status is CompileStatus.OK, result.log[-3000:]
 
 
 @pytest.mark.sandbox

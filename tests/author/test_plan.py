@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_agent.author import OpKind, Unsupported, capture_problem, plan_graph
+from cuda_agent.author import OpKind, Unsupported, capture_problem, emit, plan_graph
 from cuda_agent.author.capture import _pdist
 from cuda_agent.author.emit import Variant, emit_source, variant_plan
 from cuda_agent.author.plan import (
@@ -114,7 +114,7 @@ def test_reduction_of_a_broadcast_is_folded() -> None:
 def test_reshape_coords_keep_untouched_dims() -> None:
     assert reshape_coords((4, 6), (4, 1, 6), ("a", "0", "b")) == ("a", "b")
     merged = reshape_coords((2, 3), (6,), ("k",))
-    assert merged == ("((k) / 3LL)", "((k) % 3LL)")
+    assert merged == ("((k) / 3LL)", "(k % 3LL)")
     for k in range(6):  # the expressions really index the same element
         i, j = (eval(e.replace("LL", "").replace("/", "//").replace("k", str(k))) for e in merged)
         assert torch.arange(6).view(2, 3)[i, j].item() == k
@@ -142,30 +142,32 @@ def test_a_reshape_and_its_inverse_index_by_the_flat_index() -> None:
             assert _offset(index, {"a": a, "b": b}) == reference[a, b].item(), index
 
 
-def test_the_group_norm_output_reads_its_input_at_its_own_index() -> None:
-    source = problems.problem(
-        "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
-    )
-    statistics, normalize = _kernels(source)
-    assert isinstance(normalize, RowKernel) and "in0" in normalize.out_scope.identity_loads
-    # The statistics read the input through the groups' reshape at their own index too (16 bytes at a time).
-    assert isinstance(statistics, RowKernel) and statistics.reduced == (2, 3)
-    assert all("in0" in r.scope.identity_loads for r in statistics.reductions)
+GROUP_NORM = problems.problem(
+    "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
+)
+
+
+def test_a_group_norm_is_one_kernel_over_its_groups_reading_its_input_at_its_own_index() -> None:
+    """The output (channels, as the input's) is computed by the kernel over the groups' rows, where the groups'
+    statistics are (Planner._rows_shape): the output's reshape back into channels indexes by the kernel's own
+    coordinates, and each channel's weight by the group's and the channel's within it. Both passes read the input
+    at their own index (16 bytes at a time)."""
+    (kernel,) = _kernels(GROUP_NORM)
+    assert isinstance(kernel, RowKernel) and kernel.shape == (2, 4, 4, 40) and kernel.reduced == (2, 3)
+    assert "in0" in kernel.out_scope.identity_loads
+    assert all("in0" in r.scope.identity_loads for r in kernel.reductions)
+    assert "p0[i1 * 4LL + i2]" in " ".join(kernel.out_scope.stmts)
 
 
 def test_arithmetic_on_row_statistics_is_done_once_a_row() -> None:
-    """The mean and the reciprocal standard deviation of a GroupNorm's groups, computed from its sums in double by
-    the kernel that sums, are written as float values a group: the normalizing kernel reads them, its per-element
-    work is a subtraction and three products."""
-    source = problems.problem(
-        "        self.gn = nn.GroupNorm(4, 16)", "        return self.gn(x)", "[torch.randn(2, 16, 5, 8)]"
-    )
-    statistics, normalize = _kernels(source)
-    assert isinstance(statistics, RowKernel) and isinstance(normalize, RowKernel)
-    hoisted = [b for b, n in statistics.writes.items() if n.dtype == "float32"]
-    assert len(hoisted) == 2 and set(hoisted) <= set(normalize.reads)
-    text = " ".join(normalize.out_scope.stmts)
-    assert "sqrt" not in text and "double" not in text
+    """The mean and the reciprocal standard deviation of a GroupNorm's groups, computed from its sums in double,
+    read no element: the output pass hoists them out of its loop, its per-element work a subtraction and three
+    products."""
+    (kernel,) = _kernels(GROUP_NORM)
+    assert isinstance(kernel, RowKernel)
+    lines = emit._loop("for (int64_t r = 0; r < 160LL; r += 1)", kernel.out_scope.stmts)
+    loop = "\n".join(lines[next(i for i, line in enumerate(lines) if line.startswith("for ")) :])
+    assert "sqrt" in "\n".join(lines) and "sqrt" not in loop and "double" not in loop
 
 
 def test_a_row_read_in_several_passes_is_cached_where_it_fits() -> None:
