@@ -764,21 +764,18 @@ def _row_body(
         fill = [f"const int64_t r0 = ((int64_t)q * {threads} + {start}) * 4;"]
         fill += [f"load4(&c_{b}[4 * q], {b} + {_row_offset(kernel, begin)}, aligned);" for b in sorted(buffers)]
         lines += _unrolled(f"for (int q = 0; q < {items // 4}; ++q)", fill)
-    elif buffers and coop:
-        # A block's segment, 16 bytes a load where the operands have groups of 4: its threads then read what others
-        # stored (its passes' loops are not this one), between barriers (the first: the block's previous segment
-        # read to its end).
-        lines.append("__syncthreads();")
-        if set(buffers) <= set(quads):
+    elif buffers:
+        # A cooperative block's segment, 16 bytes a load where the operands have groups of 4: its threads then read
+        # what others stored (its passes' loops are not this one), between barriers (the first: the block's
+        # previous segment read to its end).
+        lines += ["__syncthreads();"] * coop
+        if coop and set(buffers) <= set(quads):
             fill = [f"load4(s_{b} + (r0 - seg0), {b} + {_row_offset(kernel, 'r0')}, aligned);" for b in sorted(buffers)]
             lines += _loop(f"for (int64_t r0 = {first_group}; r0 < {bound}; r0 += {threads * 4})", fill)
         else:
             fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
             lines += _loop(loop, element + fill)
-        lines.append("__syncthreads();")
-    elif buffers:
-        fill = [f"{cached[b]} = {loaded(kernel.reads[b], f'{b}[{full_index}]')};" for b in sorted(buffers)]
-        lines += _loop(loop, element + fill)
+        lines += ["__syncthreads();"] * coop
 
     def over_groups(body: list[str], loads: list[str], outputs: list[tuple[str, str]]) -> list[str]:
         """A pass over the thread's groups of 4 elements r0 + j: ``body`` for each element, ``loads`` (operands)
@@ -838,12 +835,7 @@ def _row_body(
             lines.append(f"const {t} {red.var} = {folded.get(red.node.op, red.value)};")
             continue
         if launch is not None and looped < launch:  # an earlier launch's pass: its blocks' partial results combined
-            for red in group:
-                identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
-                partials = f"{kernel.partials[red.var]} + o * {kernel.split}, {kernel.split}"
-                tile = "true" if layout == "tile" else "false"
-                combined = f"combine_partials<{t}>({partials}, {_OPS[red.node.op]}(), ({t})({identity}), {tile})"
-                lines.append(f"const {t} {red.var} = {combined};")
+            lines += _combined_partials(kernel, group, layout)
             looped += 1
             continue
         body = []
@@ -887,8 +879,7 @@ def _row_body(
         if coop:
             lines += _meet(kernel, group, looped)
         if split and looped == launch:  # this launch's pass: the block's partial results, and no more
-            stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + seg] = {r.var};" for r in group)
-            lines.append(_GUARDS[layout][0] + f"{{ {stores} }}")
+            lines.append(_GUARDS[layout][0] + f"{{ {_partial_stores(kernel, group, '')} }}")
             return lines
         looped += 1
     if kernel.scan is not None and layout in ("block", "warp"):
@@ -922,11 +913,10 @@ def _meet(kernel: RowKernel, group: list[FusedReduction], looped: int) -> list[s
     result stored, then its arrival counted, then, once every block of the row has arrived, the parts combined
     (in the same order in every block, so all of them see the same value). The stores are visible before the
     count (a fence between); the parts are read from L2 (``combine_partials``), where the other SMs stored them."""
-    stores = " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + seg] = part_{r.var};" for r in group)
     arrived = f"reinterpret_cast<unsigned*>({kernel.arrivals}) + o"
     lines = [
         "if (threadIdx.x == 0) {",
-        f"    {stores}",
+        f"    {_partial_stores(kernel, group, 'part_')}",
         "    __threadfence();",
         f"    atomicAdd({arrived}, 1u);",
         f"    while (*reinterpret_cast<volatile unsigned*>({arrived}) < {(looped + 1) * kernel.split}u) {{",
@@ -935,10 +925,22 @@ def _meet(kernel: RowKernel, group: list[FusedReduction], looped: int) -> list[s
         "}",
         "__syncthreads();",
     ]
+    return lines + _combined_partials(kernel, group, "block")
+
+
+def _partial_stores(kernel: RowKernel, group: list[FusedReduction], prefix: str) -> str:
+    """A split row's block storing its part of each of the pass's results (named ``{prefix}{var}``)."""
+    return " ".join(f"{kernel.partials[r.var]}[o * {kernel.split} + seg] = {prefix}{r.var};" for r in group)
+
+
+def _combined_partials(kernel: RowKernel, group: list[FusedReduction], layout: str) -> list[str]:
+    """The pass's results of a split row, from its blocks' parts (``combine_partials``)."""
+    lines = []
     for red in group:
         identity, t = reduction(red.node.op, red.node.ctype)[0], red.node.ctype
         partials = f"{kernel.partials[red.var]} + o * {kernel.split}, {kernel.split}"
-        combined = f"combine_partials<{t}>({partials}, {_OPS[red.node.op]}(), ({t})({identity}), false)"
+        tile = "true" if layout == "tile" else "false"
+        combined = f"combine_partials<{t}>({partials}, {_OPS[red.node.op]}(), ({t})({identity}), {tile})"
         lines.append(f"const {t} {red.var} = {combined};")
     return lines
 
