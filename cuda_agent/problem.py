@@ -7,11 +7,12 @@ problem it is judged against. Errors are ``ProblemError`` with one line naming w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,3 +100,62 @@ def call_inputs(fn: Callable[[], Any], what: str) -> list[Any]:
     if not isinstance(values, list | tuple):
         raise ProblemError(f"{what}() must return a list, got {type(values).__name__}")
     return list(values)
+
+
+@contextlib.contextmanager
+def on_meta() -> Iterator[None]:
+    """Tensors a problem makes land on the meta device: its shapes and dtypes, nothing allocated. Factory calls
+    that name no device land there (``torch.device("meta")``), and so do those that name one and the moves to one
+    (``device="cuda"``, ``.cuda()``, ``.to("cuda")``: problems written for a GPU, sized here on any machine).
+    Distributions skip their argument checks: the checks branch on values (``if not valid.all()``), which meta
+    tensors do not have (a get_inputs drawing from ``torch.distributions.Pareto``); the real run checks them."""
+    import torch
+
+    checked = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        with torch.device("meta"), _devices_on_meta():
+            yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(checked)
+
+
+def model_on_meta(problem: Problem, init_inputs: list[Any]) -> Any:
+    """The problem's Model, built under ``on_meta``: there, or, where its constructor reads a value (a drop-path
+    schedule's ``[x.item() for x in torch.linspace(0, 0.1, depth)]``, which meta tensors do not have), on the CPU and
+    then its tensors replaced by meta ones of their shapes."""
+    import torch
+
+    try:
+        return problem.model_cls(*init_inputs)
+    except RuntimeError as exc:
+        if "meta" not in str(exc):
+            raise
+    with torch._C.DisableTorchFunction():  # the meta device's modes off: factories make CPU tensors
+        model = problem.model_cls(*init_inputs)
+    return model.to_empty(device="meta") if isinstance(model, torch.nn.Module) else model
+
+
+def _devices_on_meta() -> Any:
+    """A torch function mode (``on_meta``) that names the meta device wherever a call names a device."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def is_device(value: object) -> bool:
+        return isinstance(value, str | torch.device) or (isinstance(value, int) and not isinstance(value, bool))
+
+    class DevicesOnMeta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = dict(kwargs or {})
+            if kwargs.get("device") is not None:
+                kwargs["device"] = "meta"
+            if func in (torch.Tensor.cuda, torch.Tensor.cpu):
+                return args[0]
+            if func is torch.Tensor.to:  # to(device, dtype), to(dtype), to(tensor): the device left out
+                args = (args[0], *(a for a in args[1:] if not is_device(a)))
+                kwargs.pop("device", None)
+                if len(args) == 1 and not {"dtype", "other"} & set(kwargs):
+                    return args[0]
+            return func(*args, **kwargs)
+
+    return DevicesOnMeta()

@@ -49,16 +49,14 @@ def describe_value(value: Any) -> ValueSpec:
 
 def _shapes(source: str) -> ProblemSpec:
     """Runs in the sandboxed child. Every step is on the meta device, so nothing the size of the problem exists."""
-    import torch
-
     from cuda_agent.eval.memory import meta_call
-    from cuda_agent.problem import ProblemError, call_inputs, load_problem
+    from cuda_agent.problem import ProblemError, call_inputs, load_problem, on_meta
 
     # The spec's own fields are the parent's to fill; this pass only reports shapes.
     spec = ProblemSpec(source="", device=Device.CPU, tolerance=TolerancePreset.KERNELBENCH)
     try:
         problem = load_problem(source)
-        with torch.device("meta"):
+        with on_meta():
             init_inputs = call_inputs(problem.get_init_inputs, "get_init_inputs")
         spec.init_inputs = [describe_value(v) for v in init_inputs]
     except ProblemError as exc:
@@ -69,7 +67,7 @@ def _shapes(source: str) -> ProblemSpec:
     except Exception as exc:  # an operation without a meta implementation: inputs alone are still known
         spec.error = f"forward on the meta device failed ({type(exc).__name__}: {exc}); outputs unknown"
         try:
-            with torch.device("meta"):
+            with on_meta():
                 inputs = call_inputs(problem.get_inputs, "get_inputs")
         except ProblemError as inner:
             spec.error = str(inner)

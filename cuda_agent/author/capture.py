@@ -15,7 +15,7 @@ import inspect
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 
 from cuda_agent.author.ir import BINARY, DTYPES, REDUCTIONS, UNARY, Graph, Node, OpKind, Unsupported
-from cuda_agent.problem import ProblemError, call_inputs, load_problem
+from cuda_agent.problem import ProblemError, call_inputs, load_problem, model_on_meta, on_meta
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -289,7 +289,20 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table[aten._cdist_forward.default] = _cdist
     table[aten.rrelu_with_noise.default] = _rrelu
     table[aten._trilinear.default] = _trilinear
+    table[aten.unfold.default] = _unfold
     return table
+
+
+def _unfold(x: torch.Tensor, dim: int, size: int, step: int) -> torch.Tensor:
+    """Tensor.unfold, the windows along ``dim`` as a new last dim (an image's patches): windows side by side
+    (step = size) are the dim reshaped into (windows, size), then a permute; overlapping or gapped ones are
+    ``size`` strided slices, stacked."""
+    dim %= max(x.dim(), 1)
+    count = (x.shape[dim] - size) // step + 1
+    if step == size:
+        tiled = aten.reshape(aten.slice(x, dim, 0, count * size), [*x.shape[:dim], count, size, *x.shape[dim + 1 :]])
+        return aten.permute(tiled, [*range(dim + 1), *range(dim + 2, tiled.dim()), dim + 1])
+    return aten.stack([aten.slice(x, dim, j, j + step * (count - 1) + 1, step) for j in range(size)], -1)
 
 
 def _extreme_with_index(
@@ -525,7 +538,7 @@ def trace_module(model: torch.nn.Module, inputs: list[Any]) -> Graph:
             args[pos] = t
         return torch.func.functional_call(model, dict(zip(names, flat_state, strict=True)), tuple(args))
 
-    with torch.device("meta"), torch.no_grad(), _legacy_functions_inlined(), _Rewrites():
+    with on_meta(), torch.no_grad(), _legacy_functions_inlined(), _Rewrites():
         try:
             # Functionalized: in-place ops (ReLU(inplace=True), x.add_) become their pure forms, and the updates
             # of buffers (batch norm's running statistics in training mode) become copies back at the end. The
@@ -553,9 +566,9 @@ def capture_problem(source: str) -> Graph:
     """Load the problem's code and trace its Model on the meta device."""
     try:
         problem = load_problem(source, name="author_problem", filename="model.py")
-        with torch.device("meta"), torch.no_grad():
+        with on_meta(), torch.no_grad():
             init_inputs = call_inputs(problem.get_init_inputs, "get_init_inputs")
-            model = problem.model_cls(*init_inputs)
+            model = model_on_meta(problem, init_inputs)
             inputs = call_inputs(problem.get_inputs, "get_inputs")
     except ProblemError as exc:
         raise Unsupported(f"problem: {exc}") from None
@@ -649,12 +662,30 @@ def _to_ir(
         # Lists (dims, sizes) are read from fx.args by the converters; tensors and scalars are the operands.
         args = tuple(env[a] if isinstance(a, torch.fx.Node) else a for a in fx.args if isinstance(a, _OPERAND))
         name = f"v{len(nodes)}"
+        if target is aten.as_strided.default and _strided_as_reshape(fx):
+            env[fx] = add(Node(name, "reshape", OpKind.VIEW, shape, dtype, args[:1]))
+            continue
         resolved = _resolve(fx.args, env)
         env[fx] = add(_convert(name, op, qualified, fx.kwargs, resolved, args, shape, dtype, add))
     for o in outputs:
         if o.dtype not in ("float32", "float64", "bfloat16", "float16", "int64", "int32", "bool"):
             raise Unsupported(f"output of dtype {o.dtype}")
     return Graph(nodes, inputs, params, outputs, single, tensor_pos, arg_count)
+
+
+def _strided_as_reshape(fx: torch.fx.Node) -> bool:
+    """Whether an as_strided is a reshape (a decomposition's unsqueeze of a fresh result may be written as one): its
+    source contiguous, and the sizes and strides it asks for a contiguous tensor's, over all of the source."""
+    src = fx.args[0]
+    size, stride = list(cast(Sequence[int], fx.args[1])), list(cast(Sequence[int], fx.args[2]))
+    offset = fx.args[3] if len(fx.args) > 3 and fx.args[3] is not None else 0
+    val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != offset:
+        return False
+    contiguous = [math.prod(size[k + 1 :]) for k in range(len(size))]
+    return math.prod(size) == val.numel() and all(
+        n == 1 or s == c for n, s, c in zip(size, stride, contiguous, strict=True)
+    )
 
 
 def _cse_key(node: Node) -> tuple[Any, ...]:

@@ -66,7 +66,7 @@ UNARY: dict[str, str] = {
     "round": "nearbyint({0})",
     "sign": "(({0}) > 0 ? 1 : (({0}) < 0 ? -1 : 0))",
     "sigmoid": "(1 / (1 + exp(-({0}))))",
-    "relu": "(({0}) > 0 ? ({0}) : 0)",
+    "relu": "(({0}) < 0 ? 0 : ({0}))",  # a NaN kept, as torch's
     "silu": "(({0}) / (1 + exp(-({0}))))",
     "mish": "(({0}) * tanh(({0}) > 20 ? ({0}) : log1p(exp({0}))))",
     "logical_not": "(!({0}))",
@@ -83,8 +83,8 @@ BINARY: dict[str, str] = {
     "mul": "(({0}) * ({1}))",
     "div": "(({0}) / ({1}))",
     "pow": "pow({0}, {1})",
-    "maximum": "fmax({0}, {1})",
-    "minimum": "fmin({0}, {1})",
+    "maximum": "max_nan({0}, {1})",
+    "minimum": "min_nan({0}, {1})",
     "atan2": "atan2({0}, {1})",
     "fmod": "fmod({0}, {1})",
     "remainder": "(({0}) - floor(({0}) / ({1})) * ({1}))",
@@ -115,22 +115,20 @@ FAST_FLOAT: dict[str, str] = {
 REDUCTIONS: dict[str, tuple[str, str]] = {
     "sum": ("0", "{a} + {v}"),
     "prod": ("1", "{a} * {v}"),
-    "amax": ("-INFINITY", "fmax({a}, {v})"),
-    "amin": ("INFINITY", "fmin({a}, {v})"),
+    "amax": ("-INFINITY", "max_nan({a}, {v})"),
+    "amin": ("INFINITY", "min_nan({a}, {v})"),
     "logaddexp": ("-INFINITY", "log_add_exp({a}, {v})"),  # logcumsumexp's scan (the preludes define it)
 }
 
 
 def reduction(op: str, ctype: str) -> tuple[str, str]:
-    """(identity, combine) of reduction ``op`` in ``ctype``: integers have no infinities, and CUDA's fmax/fmin take
-    floating point only."""
+    """(identity, combine) of reduction ``op`` in ``ctype``: integers have no infinities."""
     identity, combine = REDUCTIONS[op]
     if ctype == "bool":  # any and all (capture.py): a max and a min of truth values
         return {"amax": ("false", "({a} || {v})"), "amin": ("true", "({a} && {v})")}[op]
     if ctype in ("int64_t", "int32_t"):
         bits = ctype[3:5]
         identity = {"INFINITY": f"INT{bits}_MAX", "-INFINITY": f"INT{bits}_MIN"}.get(identity, identity)
-        combine = {"amax": "({a} > {v} ? {a} : {v})", "amin": "({a} < {v} ? {a} : {v})"}.get(op, combine)
     return identity, combine
 
 

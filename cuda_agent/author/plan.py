@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -1159,8 +1160,6 @@ def _is_diagonal(node: Node) -> bool:
 
 _INTEGER = {
     "abs": "(({0}) < 0 ? -({0}) : ({0}))",
-    "maximum": "(({0}) > ({1}) ? ({0}) : ({1}))",
-    "minimum": "(({0}) < ({1}) ? ({0}) : ({1}))",
     # CUDA's floor and fmod of an integer are host-only overloads: integers round to themselves, C's % truncates
     # as fmod does, and remainder takes the divisor's sign (a roll's wrapped indices)
     "floor": "({0})",
@@ -1190,7 +1189,7 @@ def pointwise_expr(node: Node, v: list[str], fast_math: bool = False) -> str:
         return f"(({v[0]}) * {lit(1.0 / divisor)})"
     if fast_math and t == "float" and op in FAST_FLOAT and not a.get("rounded"):
         return FAST_FLOAT[op].format(*v)
-    if t in ("int64_t", "int32_t") and op in _INTEGER:  # CUDA's fabs, fmax and fmin take floating point only
+    if t in ("int64_t", "int32_t") and op in _INTEGER:  # CUDA's fabs takes floating point only
         return _INTEGER[op].format(*v)
     if op in UNARY:
         return UNARY[op].format(*v)
@@ -1232,8 +1231,20 @@ def pointwise_expr(node: Node, v: list[str], fast_math: bool = False) -> str:
     raise Unsupported(op)
 
 
+# Frames the planner may nest. Values are built by recursion over producers, each kernel's expression at most
+# FUSION_DEPTH deep (``_bound_fusion``), but a kernel planned while another is (a product's operand, a norm's
+# statistics) nests its own: a transformer's layers nested past Python's default of 1000 frames. Python calls of
+# Python functions take no C stack (3.11 on), so the limit is Python's own count.
+PLAN_FRAMES = 50_000
+
+
 def plan_graph(graph: Graph, fast_math: bool = False) -> Plan:
-    return Planner(graph, fast_math).plan()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, PLAN_FRAMES))
+    try:
+        return Planner(graph, fast_math).plan()
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def fuse_epilogues(plan: Plan, own: Callable[[GemmKernel | ConvKernel], bool]) -> Plan:

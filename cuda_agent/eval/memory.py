@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from cuda_agent.eval.child.protocol import MemoryPlan
-from cuda_agent.problem import Problem, call_inputs
+from cuda_agent.problem import Problem, call_inputs, model_on_meta, on_meta
 
 # Temporaries of the chunked comparison (compare.CHUNK_ELEMENTS in float64 pieces) and allocator slack.
 _COMPARE_BYTES = 3 * (1 << 25) * 8
@@ -34,8 +34,8 @@ def meta_call(problem: Problem, init_inputs: list[Any]) -> tuple[Any, list[Any],
     """(model, inputs, outputs) of one call on the meta device: factory calls in ``Model.__init__`` and
     ``get_inputs`` that name no device land there, so shapes and dtypes are known without allocating. Raises
     whatever the problem's code raises there (not every operation has a meta implementation)."""
-    with torch.device("meta"), torch.no_grad():
-        model = problem.model_cls(*init_inputs)
+    with on_meta(), torch.no_grad():
+        model = model_on_meta(problem, init_inputs)
         inputs = call_inputs(problem.get_inputs, "get_inputs")
         return model, inputs, model(*inputs)
 

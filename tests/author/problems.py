@@ -195,3 +195,14 @@ EINOPS_HEADS = problem(
     '        return rearrange(torch.softmax(q * 0.5, dim=-1), "b h n d -> b n (h d)")',
     "[torch.randn(3, 40, 64)]",
 ).replace(HEADER, HEADER.rstrip("\n") + "\nfrom einops import rearrange\n\n\n", 1)
+
+# NaN among the values (about 1 in 100: some rows have none): torch's max, min, clamp, relu and max pooling give NaN
+# where one is (C's fmax and fmin, the other operand), and a softmax's row with one is NaN throughout.
+_WITH_NAN = "torch.randn({0}).masked_fill(torch.rand({0}) < 0.01, float('nan'))"
+NAN_EXTREMA = problem(
+    "        pass",
+    "        return (torch.maximum(x, y), torch.clamp(x, -0.5, 0.5), torch.relu(x), x.amax(dim=-1), x.amin(dim=0),\n"
+    "                torch.softmax(x, dim=-1), F.max_pool2d(x.view(2, 3, 16, 16), 3, 2, 1))",
+    f"[{_WITH_NAN.format('24, 64')}, torch.randn(24, 64)]",
+    args="x, y",
+)

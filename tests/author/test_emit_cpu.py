@@ -411,6 +411,23 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "[torch.randn(2, 24, 16), torch.randn(2, 3, 6, 7)]",
         "x, y",
     ),
+    # Tensor.unfold: an image's patches (windows side by side, a ragged tail left out) and overlapping, gapped
+    # windows of a sequence
+    "tensor_unfold": (
+        "pass",
+        "return (x.unfold(2, 4, 4).unfold(3, 4, 4).reshape(2, 3, -1, 16) * 2, "
+        "torch.tanh(x.unfold(-1, 3, 1)), x.unfold(1, 2, 3).sum(-1))",
+        "[torch.randn(2, 3, 9, 8)]",
+        "x",
+    ),
+    # an average pooling to one element of a transposed input: the decomposition unsqueezes its mean by an
+    # as_strided, which is a reshape
+    "pooled_transposed": (
+        "self.pool = nn.AdaptiveAvgPool1d(1)",
+        "return torch.flatten(self.pool(x.transpose(1, 2)), 1) * 3",
+        "[torch.randn(4, 49, 24)]",
+        "x",
+    ),
     "two_outputs": (
         "pass",
         "z = F.silu(x) + 1\n        return z, torch.logsumexp(z, dim=-1)",
@@ -440,6 +457,13 @@ def test_cpu_kernels_match_the_reference(name: str, tmp_path: Path) -> None:
         # 16-bit outputs: assert_close's tolerances for their type (a rounding apart, where ours rounds once)
         tolerance = {} if ref.dtype in (torch.bfloat16, torch.float16) else {"atol": 1e-4, "rtol": 1e-4}
         torch.testing.assert_close(out, ref, **tolerance)
+
+
+def test_extrema_keep_nan_as_torch_does_on_the_cpu(tmp_path: Path) -> None:
+    ours, refs = run_cpu(problems.NAN_EXTREMA, tmp_path)
+    for out, ref in zip(ours, refs, strict=True):
+        assert ref.isnan().any()
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, equal_nan=True)
 
 
 def test_a_half_transposed_convolution_rounds_once(tmp_path: Path) -> None:

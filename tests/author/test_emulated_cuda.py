@@ -138,6 +138,9 @@ SOURCES = {
 # the slow tier the others.
 SLOW = {
     "argmax_argmin",
+    "softmax_cumsum",
+    "cat_pieces",
+    "batchnorm_training",
     "group_norm",
     "standardize_columns",
     "online_softmax",
@@ -172,11 +175,36 @@ def test_every_cuda_variant_matches_the_reference_emulated(name: str, tmp_path: 
     _match_the_reference(source, tmp_path, tried)
 
 
-def _match_the_reference(source: str, tmp_path: Path, tried: list[Variant]) -> None:
+def _match_the_reference(source: str, tmp_path: Path, tried: list[Variant], equal_nan: bool = False) -> None:
     for variant in tried:
         ours, refs = run_emulated_cuda(source, tmp_path, variant)
         for out, ref in zip(ours, refs, strict=True):
-            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=lambda m, v=variant: f"{v.label()}: {m}")
+            torch.testing.assert_close(
+                out, ref, atol=1e-4, rtol=1e-4, equal_nan=equal_nan, msg=lambda m, v=variant: f"{v.label()}: {m}"
+            )
+
+
+def test_extrema_keep_nan_as_torch_does_emulated(tmp_path: Path) -> None:
+    source = problems.NAN_EXTREMA
+    # a variant of each row layout: the combines of a thread's, a warp's and a block's values differ
+    layouts = {v.rows: v for v in reversed(variants(plan_graph(capture_problem(source)), "cuda"))}
+    assert set(layouts) == {"auto", "warp", "block", "thread"}
+    _match_the_reference(source, tmp_path, list(layouts.values()), equal_nan=True)
+
+
+def test_scans_of_few_long_columns_load_further_ahead_emulated(tmp_path: Path) -> None:
+    """A thread per column (70 of them, 3 x 320 rows): each thread loads a chunk of 32 rows ahead, the next chunk
+    while this one is scanned (emit._loop_ahead), and scans the last chunk with none left to load; a reduction over
+    as many rows of 262,144 columns is in flight enough at 8 a thread."""
+    source = problems.problem("        pass", "        return torch.cumsum(x, dim=1)", "[torch.randn(3, 320, 70)]")
+    plan = plan_graph(capture_problem(source))
+    (thread,) = [v for v in variants(plan, "cuda") if v.rows == "thread"]
+    code = emit.emit_source(variant_plan(plan, "cuda", thread), "cuda", thread)
+    assert "float pf_in0[32];" in code and "float nx_in0[32];" in code and "if (r0 + 32 < 320LL)" in code
+    _match_the_reference(source, tmp_path, [thread])
+    many = plan_graph(capture_problem(source.replace("randn(3, 320, 70)", "randn(4, 320, 65536)")))
+    (kernel,) = many.kernels
+    assert isinstance(kernel, RowKernel) and emit._ahead_count(kernel) == emit.AHEAD == 8
 
 
 # Our own GEMM kernels over ragged tiles: every block of the grid runs, the operands read through their strides.
@@ -267,7 +295,11 @@ UNSTAGED_RECURRENCE = problems.problem(
 
 @pytest.mark.parametrize(
     "source",
-    [problems.RECURRENCES, RAGGED_RECURRENCE, pytest.param(UNSTAGED_RECURRENCE, marks=pytest.mark.slow)],
+    [
+        pytest.param(problems.RECURRENCES, marks=pytest.mark.slow),  # each mode's cell (~25 s): on the CPU by default
+        RAGGED_RECURRENCE,
+        pytest.param(UNSTAGED_RECURRENCE, marks=pytest.mark.slow),
+    ],
     ids=["every_mode", "ragged", "unstaged"],
 )
 def test_recurrences_match_the_reference_emulated(source: str, tmp_path: Path) -> None:

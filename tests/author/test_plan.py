@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 import torch
@@ -33,6 +34,59 @@ def test_capture_is_on_meta_and_names_parameters() -> None:
     assert [p.attrs["qualname"] for p in graph.params] == ["fc.weight", "fc.bias"]
     assert [n.shape for n in graph.inputs] == [(24, 48)] and graph.single_output
     assert any(n.kind is OpKind.CONTRACTION and n.op == "mm" for n in graph.nodes)
+
+
+def test_inputs_drawn_from_a_distribution_are_captured_on_meta() -> None:
+    """A distribution's argument checks branch on values, which meta tensors lack: they are off while the problem is
+    sized there, and on again after."""
+    source = problems.problem(
+        "        pass",
+        "        return torch.mean((p - t) ** 2)",
+        "[torch.distributions.Pareto(0.01, 1.5).sample((64, 32)) for _ in range(2)]",
+        args="p, t",
+    )
+    graph = capture_problem(source)
+    assert [tuple(n.shape) for n in graph.inputs] == [(64, 32), (64, 32)]
+    assert torch.distributions.Distribution._validate_args
+    with pytest.raises(ValueError):
+        torch.distributions.Pareto(-1.0, 1.5)
+
+
+def test_problems_written_for_a_gpu_are_captured_on_meta_on_any_machine() -> None:
+    source = problems.problem(
+        '        self.scale = torch.full((32,), 0.5).to("cuda")\n        self.fc = nn.Linear(32, 16).cuda()',
+        "        return self.fc(x * self.scale)",
+        '[torch.randn(8, 32, device="cuda", dtype=torch.float16).cuda().to("cuda", torch.float32)]',
+    )
+    graph = capture_problem(source)
+    assert [(tuple(n.shape), n.dtype) for n in graph.inputs] == [((8, 32), "float32")]
+    assert {p.attrs["qualname"] for p in graph.params} == {"scale", "fc.weight", "fc.bias"}
+
+
+def test_a_constructor_reading_values_builds_on_the_cpu_and_is_captured_on_meta() -> None:
+    """A drop-path schedule's ``.item()`` in ``__init__``: meta tensors hold no values."""
+    source = problems.problem(
+        "        self.rates = [r.item() for r in torch.linspace(0, 0.5, 3)]\n        self.fc = nn.Linear(8, 8)",
+        "        return self.fc(x) * self.rates[1]",
+        "[torch.randn(4, 8)]",
+    )
+    graph = capture_problem(source)
+    assert {p.attrs["qualname"] for p in graph.params} == {"fc.weight", "fc.bias"}
+    assert any(n.op == "mul" and 0.25 in n.args for n in graph.nodes)
+
+
+def test_a_deep_model_plans_past_pythons_default_recursion_limit() -> None:
+    """Six transformer layers: kernels planned while others are (a product's operands, a norm's statistics) nest
+    their expressions' recursion past 1000 frames."""
+    source = problems.problem(
+        "        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(16, 2, 32, 0.0, batch_first=True)"
+        " for _ in range(6)])",
+        "        for layer in self.layers:\n            x = layer(x)\n        return x",
+        "[torch.randn(2, 3, 16)]",
+    )
+    limit = sys.getrecursionlimit()
+    assert limit < 5000 and len(plan_graph(capture_problem(source)).kernels) > 60
+    assert sys.getrecursionlimit() == limit
 
 
 def test_multi_statement_chain_is_one_elementwise_kernel() -> None:
