@@ -2546,6 +2546,9 @@ extern "C" int {g.name}({_launcher_params(g, "cuda")}) {{
 """
 
 
+CPU_SUM_BLOCK = 256
+
+
 def _cpu_gemm(g: GemmKernel, variant: Variant) -> str:
     s = _strides(g)
     a, b, e = g.a.buffer, g.b.buffer, g.node.storage
@@ -2557,6 +2560,35 @@ def _cpu_gemm(g: GemmKernel, variant: Variant) -> str:
         store = f"for (int64_t n = 0; n < {g.n}LL; ++n) {_put(g, flat, coords, 'c[n]')}"
     a_load = loaded(g.node, f"{a}[batch * {s['sab']}LL + m * {s['sam']}LL + k * {s['sak']}LL]")
     b_load = loaded(g.node, f"brow[n * {s['sbn']}LL]")
+
+    def product(into: str) -> list[str]:
+        return [
+            f"const float av = {_scaled(g, a_load)};",
+            f"const {e}* brow = {b} + batch * {s['sbb']}LL + k * {s['sbk']}LL;",
+            f"for (int64_t n = 0; n < {g.n}LL; ++n) {into}[n] += av * {b_load};",
+        ]
+
+    if g.k >= SPLIT_SUMS_K:
+        # A long K's sums in two levels, as the staged CUDA product's: a block's of CPU_SUM_BLOCK k into ``part``,
+        # each block's joining the row's. One running float sum of K = 1M terms (a matrix-vector product) ended 150
+        # times farther from the exact one than the reference's.
+        sums = [
+            f"std::vector<float> part({g.n});",
+            f"for (int64_t k0 = 0; k0 < {g.k}LL; k0 += {CPU_SUM_BLOCK}) {{",
+            f"    for (int64_t n = 0; n < {g.n}LL; ++n) part[n] = 0.0f;",
+            f"    for (int64_t k = k0; k < k0 + {CPU_SUM_BLOCK} && k < {g.k}LL; ++k) {{",
+            *(f"        {line}" for line in product("part")),
+            "    }",
+            f"    for (int64_t n = 0; n < {g.n}LL; ++n) c[n] += part[n];",
+            "}",
+        ]
+    else:
+        sums = [
+            f"for (int64_t k = 0; k < {g.k}LL; ++k) {{",
+            *(f"    {line}" for line in product("c")),
+            "}",
+        ]
+    body = "".join(f"\n            {line}" for line in sums)
     return f"""
 // {g.node.op}: rows of C in parallel; the k loop outside the n loop streams rows of B.
 extern "C" void {g.name}({_launcher_params(g, "cpu")}) {{
@@ -2564,12 +2596,7 @@ extern "C" void {g.name}({_launcher_params(g, "cpu")}) {{
     for (int64_t batch = 0; batch < {g.batch}LL; ++batch) {{
         for (int64_t m = 0; m < {g.m}LL; ++m) {{
             {accumulate}
-            for (int64_t n = 0; n < {g.n}LL; ++n) c[n] = 0.0f;
-            for (int64_t k = 0; k < {g.k}LL; ++k) {{
-                const float av = {_scaled(g, a_load)};
-                const {e}* brow = {b} + batch * {s["sbb"]}LL + k * {s["sbk"]}LL;
-                for (int64_t n = 0; n < {g.n}LL; ++n) c[n] += av * {b_load};
-            }}
+            for (int64_t n = 0; n < {g.n}LL; ++n) c[n] = 0.0f;{body}
             {store}
         }}
     }}

@@ -466,6 +466,20 @@ def test_extrema_keep_nan_as_torch_does_on_the_cpu(tmp_path: Path) -> None:
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, equal_nan=True)
 
 
+def test_a_long_product_sums_in_two_levels_on_the_cpu(tmp_path: Path) -> None:
+    """A matrix-vector product over K = 2^20 positive terms: one running float sum drifts past the tolerance from
+    the exact result (the verifier's float64 second opinion) where the reference's blocked sums do not."""
+    source = problem(
+        "        pass", "        return a @ b", "[torch.rand(2, 1 << 20), torch.rand(1 << 20, 1)]", args="a, b"
+    )
+    (ours,), (ref,) = run_cpu(source, tmp_path)
+    torch.manual_seed(0)
+    a, b = torch.rand(2, 1 << 20), torch.rand(1 << 20, 1)
+    exact = a.double() @ b.double()
+    assert torch.equal(ref, a @ b)  # the inputs the run drew
+    assert ((ours.double() - exact).abs() <= 1e-4 + 1e-4 * exact.abs() + (ref.double() - exact).abs()).all()
+
+
 def test_a_half_transposed_convolution_rounds_once(tmp_path: Path) -> None:
     """Against the exact result: torch's CPU kernel rounds along the way (further off than ours), so it is no
     reference for a kernel that sums in float and rounds once."""
