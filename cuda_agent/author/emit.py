@@ -862,8 +862,7 @@ def _row_body(
         body = []
         loads = _pass_quads(quads, cached, [red.scope for red in group])
         ahead = _ahead(kernel, layout, device, cached, [red.scope for red in group])
-        tag = group[0].var
-        held = {b: f"q_{b}[j]" for b in loads} | {b: loaded(kernel.reads[b], f"pf{tag}_{b}[u]") for b in ahead}
+        held = {b: f"q_{b}[j]" for b in loads} | {b: loaded(kernel.reads[b], f"pf_{b}[u]") for b in ahead}
         for red in group:
             identity, combine = reduction(red.node.op, red.node.ctype)
             t = red.node.ctype
@@ -880,7 +879,7 @@ def _row_body(
         if quads:
             _declare_once(lines, over_groups(body, loads, []))
         elif ahead:
-            _declare_once(lines, _loop_ahead(kernel, ahead, element, body, full_index, tag))
+            _declare_once(lines, _loop_ahead(kernel, ahead, element, body, full_index))
         else:
             _declare_once(lines, _loop(loop, element + body))
         paired = combine_threads == "block_reduce" and len(group) == 2
@@ -912,7 +911,7 @@ def _row_body(
         lines += _segment_scan(kernel, walked, full_index, block)
     elif kernel.scan is not None:
         identity = reduction(kernel.scan.op, kernel.scan.ctype)[0]
-        ahead = _ahead(kernel, layout, device, cached, [kernel.out_scope])
+        ahead = _ahead(kernel, layout, device, cached, [kernel.out_scope], scan=True)
         start = f"({kernel.scan.ctype})({identity})"
         lines += _serial_scan(kernel, walked, full_index, loop, "running", start, "", ahead)
     elif kernel.full_outputs and quads:
@@ -969,54 +968,69 @@ def _combined_partials(kernel: RowKernel, group: list[FusedReduction], layout: s
     return lines
 
 
-# Elements a thread of a thread-per-row kernel loads ahead of using them (``_loop_ahead``): at least AHEAD, more
-# (up to AHEAD_MAX) where its rows are too few for ~IN_FLIGHT elements in flight at AHEAD a thread. Memory's
-# bandwidth is reached only with some megabytes in flight (4.8 TB/s times ~0.7 us of latency is ~3.4 MB): a column
-# scan of 32768 columns is 32768 threads, 1 MB in flight at 8 elements a thread.
+# Elements a thread of a thread-per-row pass loads ahead of using them: a reduction's AHEAD (``_loop_ahead``); a
+# scan's (``_scan_ahead``) more, up to AHEAD_MAX, where its rows are too few for ~IN_FLIGHT elements in flight at
+# AHEAD a thread. Memory's bandwidth is reached only with megabytes in flight (3.35 TB/s times ~1 us of latency):
+# a column scan of 32768 columns is 32768 threads, 1 MB in flight at 8 elements a thread.
 AHEAD = 8
 AHEAD_MAX = 32
 IN_FLIGHT = 1 << 20
 
 
-def _ahead_count(kernel: RowKernel) -> int:
-    """How many elements ``_loop_ahead`` loads ahead in ``kernel``: a power of two dividing its rows' length, or 0
-    where no such count of at least AHEAD does."""
+def _ahead_count(kernel: RowKernel, scan: bool = False) -> int:
+    """How many elements a thread-per-row pass of ``kernel`` (a ``scan``'s or a reduction's) loads ahead: a power of
+    two dividing its rows' length, or 0 where no such count of at least AHEAD does."""
     count = AHEAD
-    while count < AHEAD_MAX and kernel.outer * count < IN_FLIGHT and kernel.inner % (2 * count) == 0:
+    while scan and count < AHEAD_MAX and kernel.outer * count < IN_FLIGHT and kernel.inner % (2 * count) == 0:
         count *= 2
     return count if kernel.inner % count == 0 else 0
 
 
-def _ahead(kernel: RowKernel, layout: str, device: str, cached: dict[str, str], scopes: list[Scope]) -> list[str]:
-    """The operands a thread-per-row pass over rows of a multiple of ``AHEAD`` elements loads ahead: those its
-    ``scopes`` read at their own element (cuda; but for the ones a thread keeps, ``cached``)."""
-    if layout != "thread" or device != "cuda" or not _ahead_count(kernel):
+def _ahead(
+    kernel: RowKernel, layout: str, device: str, cached: dict[str, str], scopes: list[Scope], scan: bool = False
+) -> list[str]:
+    """The operands a thread-per-row pass (a ``scan``'s or a reduction's) loads ahead, where its rows' length allows
+    (``_ahead_count``): those its ``scopes`` read at their own element (cuda; but for the ones a thread keeps,
+    ``cached``)."""
+    if layout != "thread" or device != "cuda" or not _ahead_count(kernel, scan):
         return []
     return sorted({b for scope in scopes for b in scope.identity_loads if b not in cached})
 
 
-def _loop_ahead(
-    kernel: RowKernel, ahead: list[str], element: list[str], body: list[str], index: str, tag: str = ""
-) -> list[str]:
-    """A thread's pass over its row, ``_ahead_count`` elements a chunk: the ``ahead`` operands' elements of the next
-    chunk loaded (into ``nx{tag}_{b}``) before ``body`` runs for each of this chunk's (``pf{tag}_{b}``), so that a
-    chunk's loads are in flight while the one before is used. Each element of a column reduction or scan is one
-    load, and nvcc put each load just before its use (fewer registers), a thread's two or three in flight where a
-    GPU needs more to hide memory's latency. The loads are L2's (``__ldcg``), not the read-only path's: an ordinary
-    load stays before the stores that follow it (a scan's), which could be to the same address for all ptxas knows.
-    ``tag``: the pass's, naming its arrays (a row's passes are statements of one scope)."""
-    count = _ahead_count(kernel)
+def _loop_ahead(kernel: RowKernel, ahead: list[str], element: list[str], body: list[str], index: str) -> list[str]:
+    """A thread's pass over its row, ``AHEAD`` elements at a time: their loads of the ``ahead`` operands (into
+    ``pf_{b}``) first, then ``body`` for each. Each element of a column reduction is one load, and a body that
+    holds many registers (an argmax's 64-bit keys) had nvcc interleave the next loads with it, reusing their
+    registers: two or three of a thread's loads in flight, where a GPU needs more to hide memory's latency.
+    (``_scan_ahead``'s next chunk in flight, through L2, measured slower here: an argmax over 8 GB took 3.46 ms on
+    an H100, 3.08 this way.)"""
+    each = f"for (int u = 0; u < {AHEAD}; ++u)"
+    at = ["const int64_t r = r0 + u;", *element]
+    fetch = [f"pf_{b}[u] = {b}[{index}];" for b in ahead]
+    chunk = [f"{kernel.reads[b].storage} pf_{b}[{AHEAD}];" for b in ahead]
+    chunk += _unrolled(each, at + fetch) + _unrolled(each, at + body)
+    return _loop(f"for (int64_t r0 = 0; r0 < {kernel.inner}LL; r0 += {AHEAD})", chunk)
+
+
+def _scan_ahead(kernel: RowKernel, ahead: list[str], element: list[str], body: list[str], index: str) -> list[str]:
+    """A thread's scan along its row, ``_ahead_count`` elements a chunk: the ``ahead`` operands' elements of the
+    next chunk loaded (into ``nx_{b}``) before ``body`` runs for each of this chunk's (``pf_{b}``), so that a chunk's
+    loads are in flight while the one before is scanned and stored. The loads are L2's (``__ldcg``), not the
+    read-only path's: an ordinary load stays before the stores that follow it, which could be to the same address
+    for all ptxas knows; read-only loads it put just before their use, two or three in flight. A cumsum down 32768
+    columns of 16384 (4.3 GB moved) took 3.56 ms on an H100 a load at a time, 1.54 ms this way."""
+    count = _ahead_count(kernel, scan=True)
     each = f"for (int u = 0; u < {count}; ++u)"
 
     def fetch(into: str, first: str) -> list[str]:
         loads = [f"{into}_{b}[u] = {_load_ahead(kernel.reads[b], f'{b}[{index}]')};" for b in ahead]
         return _unrolled(each, [f"const int64_t r = {first} + u;", *element, *loads])
 
-    lines = [f"{kernel.reads[b].storage} pf{tag}_{b}[{count}];" for b in ahead] + fetch(f"pf{tag}", "(int64_t)0")
-    chunk = [f"{kernel.reads[b].storage} nx{tag}_{b}[{count}];" for b in ahead]
-    chunk += _loop(f"if (r0 + {count} < {kernel.inner}LL)", fetch(f"nx{tag}", f"(r0 + {count})"))
+    lines = [f"{kernel.reads[b].storage} pf_{b}[{count}];" for b in ahead] + fetch("pf", "(int64_t)0")
+    chunk = [f"{kernel.reads[b].storage} nx_{b}[{count}];" for b in ahead]
+    chunk += _loop(f"if (r0 + {count} < {kernel.inner}LL)", fetch("nx", f"(r0 + {count})"))
     chunk += _unrolled(each, ["const int64_t r = r0 + u;", *element, *body])
-    chunk += _unrolled(each, [f"pf{tag}_{b}[u] = nx{tag}_{b}[u];" for b in ahead])
+    chunk += _unrolled(each, [f"pf_{b}[u] = nx_{b}[u];" for b in ahead])
     return lines + _loop(f"for (int64_t r0 = 0; r0 < {kernel.inner}LL; r0 += {count})", chunk)
 
 
@@ -1121,7 +1135,7 @@ def _serial_scan(
 ) -> list[str]:
     """``var``: ``start`` combined, in order, with the scanned value of every element ``loop`` visits (a sum
     compensated); with ``store_guard``, each running value is stored at its element on the way. ``ahead``: the
-    operands loaded ahead (``_loop_ahead``: a thread's whole row)."""
+    operands loaded ahead (``_scan_ahead``: a thread's whole row)."""
     scan = kernel.scan
     assert scan is not None
     combine, t = reduction(scan.op, scan.ctype)[1], scan.ctype
@@ -1136,7 +1150,7 @@ def _serial_scan(
         body.append(f"{var} = {combine.format(a=var, v=value)};")
     if store_guard is not None:
         body.append(store_guard + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", var))
-    return lines + (_loop_ahead(kernel, ahead, walked, body, full_index) if ahead else _loop(loop, body))
+    return lines + (_scan_ahead(kernel, ahead, walked, body, full_index) if ahead else _loop(loop, body))
 
 
 def _segment_scan(kernel: RowKernel, walked: list[str], full_index: str, block: int) -> list[str]:
@@ -1243,37 +1257,25 @@ def _chunked_scan(
     its size), so their loads stay in bounds. ``cached``: operands held in registers (item k of a thread's cache is
     element j of chunk c's group, k = c * SCAN_GROUP + j: ``_item``); ``exact``: the chunks end with the row (no
     thread past it); ``quads``: buffers a group reads or writes as one 16-byte access (``_quads``: their element r
-    of row o is at o * inner + r). The values of chunk c + 1 are loaded and computed before chunk c is scanned
-    (its barriers and shuffles), so that a block has a chunk's loads in flight while it scans the one before."""
+    of row o is at o * inner + r)."""
     scan = kernel.scan
     assert scan is not None
     identity, combine = reduction(scan.op, scan.ctype)
     t, g = scan.ctype, SCAN_GROUP
     first = _LANES[layout][0]
+    element = [f"const int k = c * {g} + j;", f"const int64_t r = {_item(kernel, first, threads)};", *walked]
     out, value = kernel.full_outputs[0]
     loads = [b for b in quads if b != out and b not in cached and b in kernel.out_scope.identity_loads]
-    chunks = _items(kernel, threads) // g
-
-    def at(chunk: str) -> list[str]:
-        """The coordinates of element j of the thread's group of chunk ``chunk``."""
-        return [f"const int k = {chunk} * {g} + j;", f"const int64_t r = {_item(kernel, first, threads)};", *walked]
-
-    def values(chunk: str) -> list[str]:
-        """``x_next``: the scanned values of the thread's group of chunk ``chunk``."""
-        # The group's first element; a thread past the row's end reads the row's first group instead (and
-        # discards it).
-        group = [f"const int64_t r0 = ((int64_t){chunk} * {threads} + {first}) * {g};"]
-        start = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
-        group += _group_loads("q", loads, _row_offset(kernel, start))
-        compute = at(chunk)
-        compute += _scope_body(kernel, kernel.out_scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
-        compute.append(
-            f"x_next[j] = ({t})({value});"
-            if exact
-            else f"x_next[j] = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});"
-        )
-        return [*(group if quads else []), *_unrolled(f"for (int j = 0; j < {g}; ++j)", compute)]
-
+    # The group's first element; a thread past the row's end reads the row's first group instead (and discards it).
+    group = [f"const int64_t r0 = ((int64_t)c * {threads} + {first}) * {g};"]
+    start = "r0" if exact else f"(r0 < {kernel.inner}LL ? r0 : 0)"
+    group += _group_loads("q", loads, _row_offset(kernel, start))
+    compute = element + _scope_body(kernel, kernel.out_scope, full_index, cached | {b: f"q_{b}[j]" for b in loads})
+    compute.append(
+        f"x_scan[j] = ({t})({value});"
+        if exact
+        else f"x_scan[j] = r < {kernel.inner}LL ? ({t})({value}) : ({t})({identity});"
+    )
     # A sum's carry is compensated (Kahan), as the serial scan's running sum is: it is the term that grows along the
     # row, and its rounding errors outlive the magnitude that made them (a suffix sum back near zero keeps them).
     kahan = _compensated(scan.op, t)
@@ -1282,7 +1284,6 @@ def _chunked_scan(
     if out in quads:  # the group's outputs gathered, then stored as one access
         store = [f"w_scan[j] = {total};"]
         stored_group = [
-            f"const int64_t r0 = ((int64_t)c * {threads} + {first}) * {g};",
             f"float w_scan[{g}];",
             *_unrolled(f"for (int j = 0; j < {g}; ++j)", store),
             ("" if exact else f"if (r0 < {kernel.inner}LL) ")
@@ -1290,15 +1291,15 @@ def _chunked_scan(
         ]
     else:
         store = [
-            *at("c"),
+            *element,
             ("" if exact else f"if (r < {kernel.inner}LL) ")
             + stored(kernel.writes[out], f"{out}[{kernel.store_at or full_index}]", total),
         ]
         stored_group = _unrolled(f"for (int j = 0; j < {g}; ++j)", store)
     body = [
+        *(group if quads else []),
         f"{t} x_scan[{g}];",
-        *_unrolled(f"for (int j = 0; j < {g}; ++j)", ["x_scan[j] = x_next[j];"]),
-        *_loop(f"if (c + 1 < {chunks})", ["const int next = c + 1;", *values("next")]),
+        *_unrolled(f"for (int j = 0; j < {g}; ++j)", compute),
         *_unrolled(
             f"for (int j = 1; j < {g}; ++j)", [f"x_scan[j] = {combine.format(a='x_scan[j - 1]', v='x_scan[j]')};"]
         ),
@@ -1315,12 +1316,11 @@ def _chunked_scan(
     # Every thread runs every chunk (the scan's shuffles and barriers). Unrolled over a compile-time count: cache
     # arrays stay in registers, and a warp's row (at most 8 chunks) has its later chunks' loads issued before the
     # carry reaches them.
-    loop = f"for (int c = 0; c < {chunks}; ++c)"
+    loop = f"for (int c = 0; c < {_items(kernel, threads) // g}; ++c)"
     if cached or layout == "warp":
         loop = "#pragma unroll\n" + loop
     carried = [f"{t} carry = ({t})({identity});"] + ([f"{t} carry_comp = ({t})0;"] if kahan else [])
-    first_chunk = ["{", *("    " + line for line in ["const int next = 0;", *values("next")]), "}"]
-    return [*carried, f"{t} x_next[{g}];", *first_chunk, *_loop(loop, body)]
+    return [*carried, *_loop(loop, body)]
 
 
 def _unrolled(loop: str, body: list[str]) -> list[str]:
