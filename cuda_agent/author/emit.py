@@ -861,8 +861,7 @@ def _row_body(
             continue
         body = []
         loads = _pass_quads(quads, cached, [red.scope for red in group])
-        ahead = _ahead(kernel, layout, device, cached, [red.scope for red in group])
-        held = {b: f"q_{b}[j]" for b in loads} | {b: loaded(kernel.reads[b], f"pf_{b}[u]") for b in ahead}
+        held = {b: f"q_{b}[j]" for b in loads}
         for red in group:
             identity, combine = reduction(red.node.op, red.node.ctype)
             t = red.node.ctype
@@ -878,8 +877,6 @@ def _row_body(
                 body.append(f"acc_{red.var} = {combine.format(a=f'acc_{red.var}', v=red.value)};")
         if quads:
             _declare_once(lines, over_groups(body, loads, []))
-        elif ahead:
-            _declare_once(lines, _loop_ahead(kernel, ahead, element, body, full_index))
         else:
             _declare_once(lines, _loop(loop, element + body))
         paired = combine_threads == "block_reduce" and len(group) == 2
@@ -911,7 +908,7 @@ def _row_body(
         lines += _segment_scan(kernel, walked, full_index, block)
     elif kernel.scan is not None:
         identity = reduction(kernel.scan.op, kernel.scan.ctype)[0]
-        ahead = _ahead(kernel, layout, device, cached, [kernel.out_scope], scan=True)
+        ahead = _ahead(kernel, layout, device, cached)
         start = f"({kernel.scan.ctype})({identity})"
         lines += _serial_scan(kernel, walked, full_index, loop, "running", start, "", ahead)
     elif kernel.full_outputs and quads:
@@ -968,48 +965,31 @@ def _combined_partials(kernel: RowKernel, group: list[FusedReduction], layout: s
     return lines
 
 
-# Elements a thread of a thread-per-row pass loads ahead of using them: a reduction's AHEAD (``_loop_ahead``); a
-# scan's (``_scan_ahead``) more, up to AHEAD_MAX, where its rows are too few for ~IN_FLIGHT elements in flight at
-# AHEAD a thread. Memory's bandwidth is reached only with megabytes in flight (3.35 TB/s times ~1 us of latency):
-# a column scan of 32768 columns is 32768 threads, 1 MB in flight at 8 elements a thread.
+# Elements a thread's scan along its row loads ahead of using them (``_scan_ahead``): AHEAD, more (up to AHEAD_MAX)
+# where its rows are too few for ~IN_FLIGHT elements in flight at AHEAD a thread. Memory's bandwidth is reached
+# only with megabytes in flight (3.35 TB/s times ~1 us of latency): a column scan of 32768 columns is 32768 threads,
+# 1 MB in flight at 8 elements a thread. (A reduction's thread loading its next 8 elements the same way measured
+# slower on an H100: an argmax over 8 GB took 3.46 ms, 3.08 loading an element at a time.)
 AHEAD = 8
 AHEAD_MAX = 32
 IN_FLIGHT = 1 << 20
 
 
-def _ahead_count(kernel: RowKernel, scan: bool = False) -> int:
-    """How many elements a thread-per-row pass of ``kernel`` (a ``scan``'s or a reduction's) loads ahead: a power of
-    two dividing its rows' length, or 0 where no such count of at least AHEAD does."""
+def _ahead_count(kernel: RowKernel) -> int:
+    """How many elements a thread's scan along a row of ``kernel`` loads ahead: a power of two dividing its rows'
+    length, or 0 where no such count of at least AHEAD does."""
     count = AHEAD
-    while scan and count < AHEAD_MAX and kernel.outer * count < IN_FLIGHT and kernel.inner % (2 * count) == 0:
+    while count < AHEAD_MAX and kernel.outer * count < IN_FLIGHT and kernel.inner % (2 * count) == 0:
         count *= 2
     return count if kernel.inner % count == 0 else 0
 
 
-def _ahead(
-    kernel: RowKernel, layout: str, device: str, cached: dict[str, str], scopes: list[Scope], scan: bool = False
-) -> list[str]:
-    """The operands a thread-per-row pass (a ``scan``'s or a reduction's) loads ahead, where its rows' length allows
-    (``_ahead_count``): those its ``scopes`` read at their own element (cuda; but for the ones a thread keeps,
-    ``cached``)."""
-    if layout != "thread" or device != "cuda" or not _ahead_count(kernel, scan):
+def _ahead(kernel: RowKernel, layout: str, device: str, cached: dict[str, str]) -> list[str]:
+    """The operands a thread's scan along its row loads ahead, where its length allows (``_ahead_count``): those
+    the scanned value reads at its own element (cuda; but for the ones a thread keeps, ``cached``)."""
+    if layout != "thread" or device != "cuda" or not _ahead_count(kernel):
         return []
-    return sorted({b for scope in scopes for b in scope.identity_loads if b not in cached})
-
-
-def _loop_ahead(kernel: RowKernel, ahead: list[str], element: list[str], body: list[str], index: str) -> list[str]:
-    """A thread's pass over its row, ``AHEAD`` elements at a time: their loads of the ``ahead`` operands (into
-    ``pf_{b}``) first, then ``body`` for each. Each element of a column reduction is one load, and a body that
-    holds many registers (an argmax's 64-bit keys) had nvcc interleave the next loads with it, reusing their
-    registers: two or three of a thread's loads in flight, where a GPU needs more to hide memory's latency.
-    (``_scan_ahead``'s next chunk in flight, through L2, measured slower here: an argmax over 8 GB took 3.46 ms on
-    an H100, 3.08 this way.)"""
-    each = f"for (int u = 0; u < {AHEAD}; ++u)"
-    at = ["const int64_t r = r0 + u;", *element]
-    fetch = [f"pf_{b}[u] = {b}[{index}];" for b in ahead]
-    chunk = [f"{kernel.reads[b].storage} pf_{b}[{AHEAD}];" for b in ahead]
-    chunk += _unrolled(each, at + fetch) + _unrolled(each, at + body)
-    return _loop(f"for (int64_t r0 = 0; r0 < {kernel.inner}LL; r0 += {AHEAD})", chunk)
+    return sorted(b for b in kernel.out_scope.identity_loads if b not in cached)
 
 
 def _scan_ahead(kernel: RowKernel, ahead: list[str], element: list[str], body: list[str], index: str) -> list[str]:
@@ -1019,7 +999,7 @@ def _scan_ahead(kernel: RowKernel, ahead: list[str], element: list[str], body: l
     read-only path's: an ordinary load stays before the stores that follow it, which could be to the same address
     for all ptxas knows; read-only loads it put just before their use, two or three in flight. A cumsum down 32768
     columns of 16384 (4.3 GB moved) took 3.56 ms on an H100 a load at a time, 1.54 ms this way."""
-    count = _ahead_count(kernel, scan=True)
+    count = _ahead_count(kernel)
     each = f"for (int u = 0; u < {count}; ++u)"
 
     def fetch(into: str, first: str) -> list[str]:
@@ -1035,7 +1015,7 @@ def _scan_ahead(kernel: RowKernel, ahead: list[str], element: list[str], body: l
 
 
 def _load_ahead(node: Node, element: str) -> str:
-    """A load of ``element`` through L2 (``_loop_ahead``): CUDA has ``__ldcg`` for all but bool."""
+    """A load of ``element`` through L2 (``_scan_ahead``): CUDA has ``__ldcg`` for all but bool."""
     return element if node.storage == "bool" else f"__ldcg(&{element})"
 
 

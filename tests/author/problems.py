@@ -137,7 +137,7 @@ STANDARDIZE_COLUMNS = problem(
 )
 # A scan down the columns (not the last dim): 32 columns a block, each warp a segment of the 300 rows.
 COLUMN_CUMSUM = problem("        pass", "        return torch.cumsum(x, dim=1)", "[torch.randn(3, 300, 70)]")
-# Few long columns: a thread's scan loads 32 rows ahead, the next chunk while it scans this one (emit._loop_ahead)
+# Few long columns: a thread's scan loads 32 rows ahead, the next chunk while it scans this one (emit._scan_ahead)
 LONG_COLUMN_CUMSUM = problem("        pass", "        return torch.cumsum(x, dim=1)", "[torch.randn(2, 4096, 96)]")
 # A scan after row statistics, in rows no block size divides (the last chunk part empty).
 SOFTMAX_CUMSUM = problem(

@@ -194,8 +194,8 @@ def test_extrema_keep_nan_as_torch_does_emulated(tmp_path: Path) -> None:
 
 def test_scans_of_few_long_columns_load_further_ahead_emulated(tmp_path: Path) -> None:
     """A thread per column (70 of them, 3 x 320 rows): each thread loads a chunk of 32 rows ahead, the next chunk
-    while this one is scanned (emit._loop_ahead), and scans the last chunk with none left to load; a reduction over
-    as many rows of 262,144 columns is in flight enough at 8 a thread."""
+    while this one is scanned (emit._scan_ahead), and scans the last chunk with none left to load; a scan down as
+    many rows of 65,536 columns has enough in flight at 8 a thread."""
     source = problems.problem("        pass", "        return torch.cumsum(x, dim=1)", "[torch.randn(3, 320, 70)]")
     plan = plan_graph(capture_problem(source))
     (thread,) = [v for v in variants(plan, "cuda") if v.rows == "thread"]
