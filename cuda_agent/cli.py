@@ -150,7 +150,7 @@ def _print_result(document: dict[str, Any], as_json: bool, summary: str) -> None
 def compile_command(
     candidate: Annotated[Path, typer.Argument(help="model_new.py (KernelBench form) or a folder with kernels/.")],
     device: Annotated[Device, typer.Option(help="cuda: nvcc; cpu: g++ with OpenMP.")] = Device.CUDA,
-    arch: Annotated[str | None, typer.Option(help="e.g. sm_90a; default: the GPU's, else sm_90.")] = None,
+    arch: Annotated[str | None, typer.Option(help="e.g. sm_90a; default: the GPU's, else sm_90a.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build a candidate in the sandbox (cached) and print diagnostics and per-kernel resources."""

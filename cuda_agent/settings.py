@@ -111,7 +111,7 @@ class Settings(BaseSettings):
         "past it, each build evicts the least recently used entries.",
     )
     cuda_arch: str | None = Field(
-        None, description="Target arch, e.g. sm_90a. Unset: detected from the GPU, else sm_90."
+        None, description="Target arch, e.g. sm_90a. Unset: detected from the GPU, else sm_90a."
     )
     compile_service_url: str | None = Field(
         None, description="Base URL of compile_svc, used by GPU workers on other hosts to fetch artifacts."

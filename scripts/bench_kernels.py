@@ -32,12 +32,30 @@ from cuda_agent.author import emit
 from cuda_agent.author.capture import capture_problem
 from cuda_agent.author.plan import plan_graph
 from cuda_agent.author.search import variants
+from cuda_agent.eval.compare import chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _real(value: object) -> bool:
     return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _worst(outs: list[torch.Tensor], refs: list[torch.Tensor], exacts: list[torch.Tensor] | None = None) -> float:
+    """The largest error of ``outs`` as a share of the 1e-4/1e-4 tolerance, against ``refs``, or where ``exacts``
+    (float64 runs) are given, the smaller of that and the error against them with the reference's own added."""
+    worst = 0.0
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+        e_chunks = chunks(exacts[i]) if exacts is not None else [None] * len(chunks(r))
+        for oc, rc, ec in zip(chunks(o), chunks(r), e_chunks, strict=True):
+            oc, rc = oc.double(), rc.double()
+            share = (oc - rc).abs_().div_(rc.abs().mul_(1e-4).add_(1e-4))
+            if ec is not None:
+                own = ec.abs().mul_(1e-4).add_(1e-4).add_((rc - ec).abs_())
+                share = torch.minimum(share, (oc - ec).abs_().div_(own))
+            top = share.max().item()
+            worst = max(worst, top if top == top else float("inf"))  # a NaN fails
+    return worst
 
 
 def _events_ms(fn, iters: int) -> float:
@@ -111,15 +129,16 @@ def bench(problem: Path, variant: str, stages: int, iters: int, work: Path, prof
     ours()
     torch.cuda.synchronize()
     # The verifier's rule (eval/compare.py): within the tolerance of the reference, or as close to a float64 run
-    # of it as the reference is, plus the tolerance (the reference's own rounding at K = 8192 outgrows 1e-4).
-    with torch.no_grad():
-        exact = copy.deepcopy(model).double()(*[t.double() if _real(t) else t for t in inputs])
-    exacts = [exact] if isinstance(exact, torch.Tensor) else list(exact)
-    worst = 0.0
-    for o, r, e in zip((buffers[o].double() for o in plan.outputs), (r.double() for r in refs), exacts, strict=True):
-        against_ref = (o - r).abs() / (1e-4 + 1e-4 * r.abs())
-        against_exact = (o - e).abs() / (1e-4 + 1e-4 * e.abs() + (r - e).abs())
-        worst = max(worst, torch.minimum(against_ref, against_exact).max().item())
+    # of it as the reference is, plus the tolerance (the reference's own rounding at K = 8192 outgrows 1e-4). The
+    # float64 run only where the reference alone fails some element, and both compared in the verifier's chunks:
+    # whole outputs in float64, with their differences, did not fit an 80 GB GPU beside an 8 GB output.
+    outs = [buffers[o] for o in plan.outputs]
+    worst = _worst(outs, refs)
+    if worst > 1:
+        with torch.no_grad():
+            exact = copy.deepcopy(model).double()(*[t.double() if _real(t) else t for t in inputs])
+        worst = _worst(outs, refs, [exact] if isinstance(exact, torch.Tensor) else list(exact))
+        del exact
     ours_ms = _events_ms(ours, iters)
     with torch.no_grad():
         eager_ms = _events_ms(lambda: model(*inputs), iters)

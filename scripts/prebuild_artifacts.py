@@ -26,7 +26,7 @@ def main(out: Path) -> None:
     index = []
     for problem, candidate in EXAMPLES:
         source = read_candidate(ROOT / "examples" / "candidates" / candidate)
-        result = compile_candidate(CompileRequest(candidate=source, device=Device.CUDA, arch="sm_90"))
+        result = compile_candidate(CompileRequest(candidate=source, device=Device.CUDA, arch="sm_90a"))
         if result.status is not CompileStatus.OK or result.artifact_key is None:
             sys.exit(f"{candidate}: {result.status.value}: {result.message}")
         (out / f"{result.artifact_key}.tar.gz").write_bytes(pack_artifact(result.artifact_key))

@@ -363,6 +363,40 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int pending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory"); }
 """
+# Our float32 products on Hopper's warpgroup MMA (``_cuda_gemm_wgmma``): a warpgroup's m64n128k8 TF32 product of
+# two shared-memory tiles named by descriptors, asynchronous to the issuing threads.
+CUDA_WGMMA_PRELUDE = """
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "wgmma needs sm_90a: a Hopper GPU, built for its arch-specific instructions"
+#endif
+// A shared-memory operand as wgmma reads it: 8-row by 16-byte core matrices, ``lbo`` bytes apart along K and
+// ``sbo`` apart along M (or N), no swizzle (PTX's matrix descriptor: address, offsets in 16-byte units).
+__device__ __forceinline__ uint64_t wgmma_desc(const float* p, uint32_t lbo, uint32_t sbo) {
+    const uint64_t at = (static_cast<uint32_t>(__cvta_generic_to_shared(p)) & 0x3FFFF) >> 4;
+    return at | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
+}
+// D (64 x 128, float32) = A B (+ D where ``accumulate``) for a warpgroup, A and B K-major TF32 tiles of 8 k. Lane
+// 4 g + t of warp w holds D's rows 16 w + g and 16 w + g + 8, columns 8 j + 2 t and 8 j + 2 t + 1 at d[4 j ...].
+__device__ __forceinline__ void wgmma_tf32(float* d, uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %66, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1;\\n}\\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate));
+}
+"""
 # Our 16-bit products' tensor-core step (``_cuda_gemm_mma16``): operands as their bits (bfloat16 and float16 move
 # alike), fragments read by ldmatrix, products by mma.sync m16n8k16 into float32 sums.
 CUDA_MMA16_PRELUDE = """
@@ -2263,6 +2297,187 @@ def _tf32x3_steps(
     return accumulators, steps, epilogue
 
 
+WGMMA_ROWS = 128  # a tile's rows (of A) or columns (of B): two warpgroups of 64 rows each, by 128 columns
+
+
+def wgmma_splits(g: GemmKernel) -> tuple[str, str]:
+    """The buffers ``_cuda_gemm_wgmma`` splits A and B into (``variant_plan`` adds them)."""
+    return f"b{g.name}_split_a", f"b{g.name}_split_b"
+
+
+def wgmma_split_floats(g: GemmKernel) -> tuple[int, int]:
+    """Floats of each split operand: per batch it has its own (a stride of 0 along the batch shares one), per tile
+    of 128 rows (columns) and per K step, the tile's big and small TF32 parts."""
+    s = _strides(g)
+    tile, steps = 2 * WGMMA_ROWS * STAGE_K, -(-g.k // STAGE_K)
+    a_batches, b_batches = (g.batch if s[x] else 1 for x in ("sab", "sbb"))
+    return (
+        a_batches * -(-g.m // WGMMA_ROWS) * steps * tile,
+        b_batches * -(-g.n // WGMMA_ROWS) * steps * tile,
+    )
+
+
+WGMMA_SPLIT_MAX_BYTES = 8 << 30
+
+
+def wgmma_fits(g: GemmKernel) -> bool:
+    """Whether ``_cuda_gemm_wgmma`` runs ``g``: float32, a grid's rows and batches within launch limits, and its
+    split operands within ``WGMMA_SPLIT_MAX_BYTES`` (twice the operands' size, more where a tile of 128 pads a few
+    rows: a matrix-vector product's vector would take 256 times its size)."""
+    return (
+        g.node.dtype == "float32"
+        and -(-g.m // WGMMA_ROWS) <= 65535
+        and g.batch <= 65535
+        and 4 * sum(wgmma_split_floats(g)) <= WGMMA_SPLIT_MAX_BYTES
+    )
+
+
+def _cuda_gemm_wgmma(g: GemmKernel) -> str:
+    """Our float32 GEMM as 3xTF32 (``_tf32x3_steps``'s big*big + big*small + small*big, float32's accuracy) on
+    Hopper's warpgroup MMA (sm_90a), which multiplies twice as fast as mma.sync and reads its operands from shared
+    memory itself. wgmma reads TF32 operands K-major only and cannot split them, so each operand is first split
+    once into its big and small TF32 parts (a kernel each, read through its strides, zeros past its edges), laid
+    out as the product reads them: per 128 rows (A) or columns (B) and K step of 32, the big tile then the small,
+    each [k / 4][128][4] (core matrices of 8 rows by 4 k, 16 bytes a row). A step's four tiles are then one
+    contiguous copy each into shared memory, by 16-byte asynchronous copies, ``STAGES`` steps in flight.
+    A block's two warpgroups compute 64 rows each of a 128x128 tile of C. Each K step's 12 products are summed on
+    tensor cores from zero (small terms first, as ``_tf32x3_steps``) and added to the float32 sums on the FMA units,
+    in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time)."""
+    s = _strides(g)
+    a_element, b_element = _tile_elements(g)
+    rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
+    steps, m_tiles, n_tiles = -(-g.k // STAGE_K), -(-g.m // rows), -(-g.n // rows)
+    split_a, split_b = wgmma_splits(g)
+    split = g.k >= SPLIT_SUMS_K
+    launcher = _launcher_params(g, "cuda")
+    sums = "acc[j * 4 + e] + held[j * 4 + e]" if split else "acc[j * 4 + e]"
+
+    def splitter(x: str, edge: str, size: int, element: str, batch_stride: int, tiles: int) -> str:
+        p = f"p{x}"
+        return f"""// {x.upper()}'s big and small TF32 parts as {g.name}_kernel reads them, zeros past its edges
+__global__ void __launch_bounds__(256) {g.name}_split_{x}(const float* __restrict__ src, float* __restrict__ out,
+                                                        int64_t quads) {{
+    for (int64_t q = blockIdx.x * 256LL + threadIdx.x; q < quads; q += (int64_t)gridDim.x * 256) {{
+        const int r = q % {rows}, kc = q / {rows} % {STAGE_K // 4};
+        const int64_t ks = q / {rows * STAGE_K // 4} % {steps}, t = q / ({rows * STAGE_K // 4}LL * {steps});
+        const int64_t batch = t / {tiles}, {edge} = t % {tiles} * {rows} + r;
+        const float* {p} = src + batch * {batch_stride}LL;
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+            const int64_t k = ks * {STAGE_K} + kc * 4 + e;
+            v[e] = {edge} < {size}LL && k < {g.k}LL ? {element} : 0.0f;
+        }}
+        const float4 big = make_float4(tf32_near(v[0]), tf32_near(v[1]), tf32_near(v[2]), tf32_near(v[3]));
+        float4* const at = reinterpret_cast<float4*>(out + (t * {steps} + ks) * {tile}LL) + kc * {rows} + r;
+        at[0] = big;
+        at[{rows * STAGE_K // 4}] = make_float4(v[0] - big.x, v[1] - big.y, v[2] - big.z, v[3] - big.w);
+    }}
+}}
+"""
+
+    def launch(x: str, operand: str, scratch: str, floats: int) -> str:
+        quads = floats // 8  # a quad of the big tile's a thread (and its small twin)
+        return (
+            f"{g.name}_split_{x}<<<(unsigned)std::min<int64_t>(({quads}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
+            f"({operand}, {scratch}, {quads}LL);"
+        )
+
+    a_floats, b_floats = wgmma_split_floats(g)
+    a_batch = "batch" if s["sab"] else "0"
+    b_batch = "batch" if s["sbb"] else "0"
+    # a descriptor's core matrices: the next 4 k a tile's 128 rows on (2048 bytes), the next 8 rows 128 bytes on
+    descs = "const uint64_t {0} = wgmma_desc({1} + h * {2}, {3}, 128);".format
+    held = (
+        f"""
+        if (step % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
+#pragma unroll
+            for (int i = 0; i < 64; ++i) {{ held[i] += acc[i]; acc[i] = 0.0f; }}
+        }}"""
+        if split
+        else ""
+    )
+    return f"""{splitter("a", "row", g.m, a_element, s["sab"], m_tiles)}
+{splitter("b", "col", g.n, b_element, s["sbb"], n_tiles)}
+// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3xTF32), K steps of
+// {STAGE_K}, {STAGES} in flight.
+__global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
+    extern __shared__ __align__(128) float tile_smem[];
+    float* const as = tile_smem;  // [stage][big, small][k / 4][128][4]
+    float* const bs = tile_smem + {STAGES * tile};
+    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * {rows}, col0 = (int64_t)blockIdx.x * {rows};
+    const float* const a_tiles = {split_a} + (({a_batch} * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL;
+    const float* const b_tiles = {split_b} + (({b_batch} * {n_tiles}LL + blockIdx.x) * {steps}) * {tile}LL;
+    const int group = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    float acc[64], part[64]{", held[64]" if split else ""};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = {"held[i] = " if split else ""}0.0f;
+    auto fetch = [&](int step) {{
+        if (step < {steps}) {{
+            const float* const from_a = a_tiles + (int64_t)step * {tile};
+            const float* const from_b = b_tiles + (int64_t)step * {tile};
+            float* const to_a = as + step % {STAGES} * {tile};
+            float* const to_b = bs + step % {STAGES} * {tile};
+#pragma unroll
+            for (int l = 0; l < {tile // 4 // 256}; ++l) {{
+                const int q = (threadIdx.x + l * 256) * 4;
+                cp_async4(to_a + q, from_a + q, true, true);
+                cp_async4(to_b + q, from_b + q, true, true);
+            }}
+        }}
+        cp_async_commit();  // a group every step, empty past K: the wait below counts groups
+    }};
+#pragma unroll
+    for (int step = 0; step < {STAGES - 1}; ++step) fetch(step);
+    for (int step = 0; step < {steps}; ++step) {{
+        cp_async_wait<{STAGES - 2}>();  // this thread's copies of this step have landed
+        // everyone's have, and every product of the step before (whose buffer is refilled next) is done
+        __syncthreads();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copies seen by wgmma's (async) proxy
+        fetch(step + {STAGES - 1});
+        const float* const ta = as + step % {STAGES} * {tile} + group * 64 * 4;
+        const float* const tb = bs + step % {STAGES} * {tile};
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int h = 0; h < {STAGE_K // 8}; ++h) {{
+            {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
+            {descs("a_small", f"ta + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
+            {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
+            {descs("b_small", f"tb + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
+            wgmma_tf32(part, a_small, b_big, h > 0);
+            wgmma_tf32(part, a_big, b_small, 1);
+        }}
+        // The big products last: the small terms' sums are 2^-11 of theirs (``_tf32x3_steps``)
+#pragma unroll
+        for (int h = 0; h < {STAGE_K // 8}; ++h) {{
+            {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
+            {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
+            wgmma_tf32(part, a_big, b_big, 1);
+        }}
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] += part[i];{held}
+    }}
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+            const int64_t row = row0 + group * 64 + warp * 16 + g + 8 * (e / 2), col = col0 + j * 8 + 2 * t + e % 2;
+            if (row < {g.m}LL && col < {g.n}LL) {{ {_gemm_put(g, sums)} }}
+        }}
+}}
+
+extern "C" void {g.name}({launcher}) {{
+    {launch("a", g.a.buffer, split_a, a_floats)}
+    {launch("b", g.b.buffer, split_b, b_floats)}
+    cudaFuncSetAttribute({g.name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {2 * STAGES * tile * 4});
+    dim3 grid({n_tiles}, {m_tiles}, {g.batch});
+    {g.name}_kernel<<<grid, 256, {2 * STAGES * tile * 4}, stream>>>({", ".join(_gemm_buffers(g))});
+}}
+"""
+
+
 def _cuda_gemm_wmma(g: GemmKernel) -> str:
     """Our GEMM kernel for 16-bit operands, on tensor cores through WMMA (sm_80 and later): 64x64 tiles of C per
     block of four warps, 32x32 per warp as 2x2 fragments of 16x16, K steps of 32 staged in shared memory, float
@@ -3377,6 +3592,11 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             writes = {**k.writes, **{b: buffers[b] for b in scratch}}
             arrivals = scratch[-1] if variant.cache == "segment" else None
             k = replace(k, split=split, partials=partials, writes=writes, arrivals=arrivals)
+        if isinstance(k, GemmKernel) and variant.gemm == "wgmma" and wgmma_fits(k):  # its operands' split parts
+            splits = dict(zip(wgmma_splits(k), wgmma_split_floats(k), strict=True))
+            nodes = {n: Node(n, "split", OpKind.CONTRACTION, (floats,), "float32") for n, floats in splits.items()}
+            buffers.update(nodes)
+            k = replace(k, writes={**k.writes, **nodes})
         if isinstance(k, ConvKernel) and variant.conv == "implicit" and variant.gemm == "tf32x3" and tap_major(k):
             name = taps_buffer(k)
             buffers[name] = Node(name, "taps", OpKind.CONVOLUTION, (k.reads[k.w].numel,), "float32")
@@ -3390,7 +3610,7 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
     parts = [CUDA_PRELUDE if device == "cuda" else CPU_PRELUDE]
     if any(n.dtype in HALF_TYPES for n in plan.graph.nodes):
         parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)
-    blas = dnn = mma16_used = False
+    blas = dnn = mma16_used = wgmma_used = False
     tensor_cores = variant.gemm == "tf32x3"  # our float32 products (GEMMs, implicit convolutions) as 3xTF32
     for k in plan.kernels:
         if isinstance(k, ConvKernel) and device == "cuda" and variant.conv not in ("direct", "implicit"):
@@ -3410,7 +3630,9 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             wmma = variant.gemm in ("wmma", "mma") and half
             pipelined = variant.gemm == "pipelined" or tensor_cores
             own = _cuda_gemm_pipelined(k, tensor_cores) if pipelined else _cuda_gemm(k, variant)
-            parts.append(vendor or mma16 or (_cuda_gemm_wmma(k) if wmma else own))
+            wgmma = _cuda_gemm_wgmma(k) if variant.gemm == "wgmma" and wgmma_fits(k) else None
+            wgmma_used = wgmma_used or wgmma is not None
+            parts.append(vendor or mma16 or wgmma or (_cuda_gemm_wmma(k) if wmma else own))
         elif isinstance(k, GemmKernel):
             parts.append(_cpu_gemm(k, variant))
         elif isinstance(k, RecurrenceKernel):
@@ -3424,8 +3646,11 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
         parts.insert(1, '#include <cudnn.h>\n#pragma comment(lib, "cudnn")\n')
     if mma16_used:
         parts.insert(1, CUDA_MMA16_PRELUDE)
-    # (the 16-bit kernel's stages wait on cp_async_commit / cp_async_wait, defined with the TF32 step)
-    if mma16_used or (tensor_cores and any(isinstance(k, GemmKernel | ConvKernel) for k in plan.kernels)):
+    if wgmma_used:
+        parts.insert(1, CUDA_WGMMA_PRELUDE)
+    # (the 16-bit and wgmma kernels' stages wait on cp_async_commit / cp_async_wait, defined with the TF32 step)
+    tf32_step = tensor_cores and any(isinstance(k, GemmKernel | ConvKernel) for k in plan.kernels)
+    if mma16_used or wgmma_used or tf32_step:
         parts.insert(1, CUDA_MMA_PRELUDE)
     if device == "cuda" and any(isinstance(k, RecurrenceKernel) for k in plan.kernels):
         parts.insert(1, GRID_BARRIER)

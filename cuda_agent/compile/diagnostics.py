@@ -37,7 +37,8 @@ _CLASSES: list[tuple[str, re.Pattern[str], str]] = [
     (
         "smem_overflow",
         re.compile(r"too much shared data|shared memory.*exceed", re.IGNORECASE),
-        "static __shared__ arrays are capped at 48 KB per block; use extern __shared__ (dynamic) memory and raise "
+        "static __shared__ arrays are capped at 48 KB per block (227 KB built for sm_90a); use extern __shared__ "
+        "(dynamic) memory and raise "
         "the cap with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) "
         "(up to 227 KB on H100/H200), or use smaller tiles",
     ),

@@ -14,7 +14,10 @@ from cuda_agent.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ARCH = "sm_90"
+# Builds target one GPU model (the detected one, else Hopper), so they take its arch-specific instructions too
+# (sm_90a: wgmma, setmaxnreg), which a build for sm_90 refuses; either build runs on compute capability 9.0 only.
+DEFAULT_ARCH = "sm_90a"
+ARCH_SPECIFIC = frozenset({9})
 
 
 class FlagError(ValueError):
@@ -70,7 +73,7 @@ def _detected_arch() -> str | None:
             pynvml.nvmlShutdown()
     except Exception:  # no driver, no GPU, no library: all mean "not detectable here"
         return None
-    return f"sm_{major}{minor}"
+    return f"sm_{major}{minor}{'a' if major in ARCH_SPECIFIC and minor == 0 else ''}"
 
 
 def resolve_arch(requested: str | None) -> str:

@@ -20,7 +20,7 @@ class CompileRequest(RequestModel):
         None,
         max_length=32,
         pattern=r"^[a-z0-9_]+$",
-        description="e.g. sm_90a; None: from settings, the local GPU, else sm_90.",
+        description="e.g. sm_90a; None: from settings, the local GPU, else sm_90a.",
     )
     extra_flags: list[str] = Field(
         default_factory=list, max_length=32, description="Extra nvcc/g++ flags (allow-listed)."

@@ -58,7 +58,7 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-def _chunks(t: torch.Tensor) -> list[torch.Tensor]:
+def chunks(t: torch.Tensor) -> list[torch.Tensor]:
     flat = t.reshape(-1)
     return [flat[i : i + CHUNK_ELEMENTS] for i in range(0, flat.numel(), CHUNK_ELEMENTS)]
 
@@ -76,9 +76,9 @@ def compare_one(
     tol = tolerance_for(preset, str(ref.dtype))
     worst = torch.zeros((), dtype=torch.float64, device=ref.device)
     within = torch.ones((), dtype=torch.bool, device=ref.device)
-    refs = _chunks(ref)
-    exacts: list[torch.Tensor | None] = [None] * len(refs) if exact is None else list(_chunks(exact))
-    for c, r, e in zip(_chunks(cand), refs, exacts, strict=True):
+    refs = chunks(ref)
+    exacts: list[torch.Tensor | None] = [None] * len(refs) if exact is None else list(chunks(exact))
+    for c, r, e in zip(chunks(cand), refs, exacts, strict=True):
         c, r = _wide(c), _wide(r)
         diff = (c - r).abs_()
         # NaN propagates through max (torch.maximum keeps it); Inf shows as Inf.
@@ -135,7 +135,7 @@ def _nonfinite(t: torch.Tensor) -> bool:
 
 def _passes_constant(t: torch.Tensor, constant: float | None, preset: TolerancePreset) -> bool:
     tol = tolerance_for(preset, str(t.dtype))
-    for chunk in _chunks(t):
+    for chunk in chunks(t):
         w = _wide(chunk)
         diff = w.abs() if constant is None else (w - constant).abs_()
         if not bool((diff <= w.abs().mul_(tol.rtol).add_(tol.atol)).all()):
@@ -174,7 +174,7 @@ def fingerprint(values: list[torch.Tensor | None]) -> list[float]:
         real = torch.view_as_real(flat) if flat.is_complex() else flat
         total = torch.zeros((), dtype=torch.float64, device=t.device)
         weighted = torch.zeros((), dtype=torch.float64, device=t.device)
-        for k, chunk in enumerate(_chunks(real)):
+        for k, chunk in enumerate(chunks(real)):
             s = torch.sum(chunk, dtype=torch.float64)
             total += s
             weighted += (k + 1) * s

@@ -181,6 +181,9 @@ def test_split_rows_build_under_the_candidate_rules() -> None:
         (problems.CONV_BIAS_RELU, "gemm=tf32x3", "const float ep_v = acc[i][j][e];"),
         (problems.LONG_K, "gemm=tf32x3", "const float4 h = held[(i * 4 + j) * 256];"),
         (problems.CONV_TRANSPOSE_PHASES, "gemm=tf32x3", "k0_conv_p3(in0, p0, p1, out0, stream);"),
+        (problems.BMM_TRANSPOSED, "gemm=wgmma", "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),
+        (problems.LINEAR_RELU, "gemm=wgmma", "const float ep_v = acc[j * 4 + e];"),
+        (problems.LONG_K, "gemm=wgmma", "held[i] += acc[i]; acc[i] = 0.0f;"),
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
         (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
@@ -200,6 +203,9 @@ def test_split_rows_build_under_the_candidate_rules() -> None:
         "conv_epilogue",
         "tf32x3_two_level_sums",
         "transposed_conv_phases",
+        "wgmma_gemm",
+        "wgmma_epilogue",
+        "wgmma_two_level_sums",
         "bf16_cudnn_conv",
         "scaled_product",
         "integer_arithmetic",
@@ -212,8 +218,8 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     elements in 17 registers a lane; a scan chunk by chunk as a block's), our pipelined GEMM and convolution, a
     pipelined GEMM and implicit convolution on TF32 tensor cores (three products each), the same GEMM's K steps
     staged by asynchronous copies (operands of 16-byte groups), its sums in two levels over a long K, a
-    convolution's bias and activation as its epilogue, a transposed convolution as a product per phase,
-    a bfloat16 convolution on
+    convolution's bias and activation as its epilogue, a transposed convolution as a product per phase, the same
+    GEMM on Hopper's warpgroup MMA (with an epilogue, its sums in two levels), a bfloat16 convolution on
     cuDNN, a product scaled by its operands' factors, integer arithmetic (which host compilers take where nvcc
     does not) and float math on the special-function units."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
@@ -221,6 +227,19 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
     result = LocalBackend().compile(request)
     assert result.status is CompileStatus.OK, result.log[-3000:]
+
+
+@pytest.mark.sandbox
+def test_the_warpgroup_product_is_refused_by_name_where_the_gpu_lacks_it() -> None:
+    """wgmma exists on Hopper built for its arch-specific instructions (sm_90a) only: built for another arch, the
+    variant's build fails saying so, and the search goes on to the next variant."""
+    variants = author_problem(problems.LINEAR_RELU, "cuda").variants
+    files = next(files for label, files in variants if "gemm=wgmma" in label)
+    request = CompileRequest(
+        candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA, arch="sm_90"
+    )
+    result = LocalBackend().compile(request)
+    assert result.status is CompileStatus.COMPILE_ERROR and "wgmma needs sm_90a" in result.message, result.message
 
 
 @pytest.mark.sandbox
@@ -294,12 +313,16 @@ def _single_tf32(label: str) -> bool:
 
 def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> None:
     """3xTF32 keeps float32's accuracy (the emulated tests hold it to the float32 tolerance, single TF32 fails
-    them): a float32 product or convolution tries it second, after the vendor library or, where our kernels run
-    alone, after ours on the FMA units (a first variant found wrong ends the search); a 16-bit product has tensor
-    cores already (WMMA) and no use for it."""
-    for source in (problems.LINEAR_RELU, problems.CONV_BIAS_RELU, problems.BMM_TRANSPOSED, problems.OWN_CONV):
+    them): a float32 product tries it second on Hopper's warpgroup MMA and third on mma.sync, a convolution
+    second, after the vendor library or, where our kernels run alone, after ours on the FMA units (a first variant
+    found wrong ends the search); a 16-bit product has tensor cores already (WMMA) and no use for it."""
+    for source in (problems.LINEAR_RELU, problems.BMM_TRANSPOSED):
+        labels = [set(label.split()) for label, _ in author_problem(source, "cuda").variants]
+        assert "gemm=wgmma" in labels[1] and "gemm=tf32x3" in labels[2] and "gemm=tf32x3" not in labels[0]
+    for source in (problems.CONV_BIAS_RELU, problems.OWN_CONV):
         labels = [set(label.split()) for label, _ in author_problem(source, "cuda").variants]
         assert "gemm=tf32x3" in labels[1] and "gemm=tf32x3" not in labels[0]
+        assert not any("gemm=wgmma" in label for label in labels)
     for source in (problems.CONV_BIAS_RELU, problems.OWN_CONV):  # our convolution, as that product
         assert {"gemm=tf32x3", "conv=implicit"} <= set(author_problem(source, "cuda").variants[1][0].split())
     assert not any("gemm=tf32x3" in label for label, _ in author_problem(problems.BF16_GEMM_ODD, "cuda").variants)
@@ -401,8 +424,8 @@ def test_every_variant_is_correct_on_cuda(source: str) -> None:
     """Not only the fastest: each variant the search times (block sizes, a row per thread, per warp, per block or 32
     columns per block, scans per thread, per warp, per block or per column tile, the row cached in registers or
     shared memory, our GEMM kernels: mma.sync staged, WMMA, pipelined, register-blocked, tiled, 3xTF32 staged (its
-    sums in two levels over a long K); our convolutions: implicit GEMM, direct, with their epilogues; cuDNN's timed
-    choice; rows split across blocks) computes the reference's outputs."""
+    sums in two levels over a long K) on mma.sync and on wgmma; our convolutions: implicit GEMM, direct, with their
+    epilogues; cuDNN's timed choice; rows split across blocks) computes the reference's outputs."""
     config = RolloutConfig(device=Device.CUDA, timing_trials=5, warmup=1)
     traj = run_rollout(KernelEnv(source, config=config), create_policy("heuristic", budget_s=600.0))
     verdicts = [o.content for t in traj.turns for o in t.observations if o.content.startswith("verify:")]

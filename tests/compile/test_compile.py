@@ -170,8 +170,17 @@ def test_arch_mismatch_named() -> None:
     assert fixed.status is CompileStatus.OK, fixed.message
 
 
+def test_builds_take_the_gpus_arch_specific_instructions_by_default() -> None:
+    """No arch asked for (none configured, none detected here): Hopper's, with its arch-specific instructions, so a
+    candidate's wgmma builds as it would on the H100 or H200 it runs on."""
+    wgmma = ADD_CU.replace("if (i < n)", 'asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n  if (i < n)')
+    r = compile_candidate(project(add_DOT_cu=wgmma))
+    assert r.status is CompileStatus.OK, r.message
+
+
 def test_smem_overflow_named() -> None:
-    big = ADD_CU.replace("int i =", "__shared__ float tile[20000];\n  tile[threadIdx.x] = a[0];\n  int i =")
+    # 240 KB: over every target's static cap (48 KB for sm_90, 227 KB for sm_90a, the default)
+    big = ADD_CU.replace("int i =", "__shared__ float tile[60000];\n  tile[threadIdx.x] = a[0];\n  int i =")
     big = big.replace("c[i] = a[i] + b[i];", "c[i] = tile[threadIdx.x + 1] + b[i];")
     r = compile_candidate(project(add_DOT_cu=big))
     assert r.status is CompileStatus.COMPILE_ERROR
