@@ -375,6 +375,12 @@ __device__ __forceinline__ uint64_t wgmma_desc(const float* p, uint32_t lbo, uin
     const uint64_t at = (static_cast<uint32_t>(__cvta_generic_to_shared(p)) & 0x3FFFF) >> 4;
     return at | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
 }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Waits for every product this thread's warpgroup committed: their sums are in its registers, their tiles free.
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Shared memory written by this thread's generic stores or copies, made visible to wgmma's (async proxy) reads.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // D (64 x 128, float32) = A B (+ D where ``accumulate``) for a warpgroup, A and B K-major TF32 tiles of 8 k. Lane
 // 4 g + t of warp w holds D's rows 16 w + g and 16 w + g + 8, columns 8 j + 2 t and 8 j + 2 t + 1 at d[4 j ...].
 __device__ __forceinline__ void wgmma_tf32(float* d, uint64_t a, uint64_t b, int accumulate) {
@@ -2433,11 +2439,11 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
         cp_async_wait<{STAGES - 2}>();  // this thread's copies of this step have landed
         // everyone's have, and every product of the step before (whose buffer is refilled next) is done
         __syncthreads();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copies seen by wgmma's (async) proxy
+        fence_async_smem();
         fetch(step + {STAGES - 1});
         const float* const ta = as + step % {STAGES} * {tile} + group * 64 * 4;
         const float* const tb = bs + step % {STAGES} * {tile};
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        wgmma_fence();
 #pragma unroll
         for (int h = 0; h < {STAGE_K // 8}; ++h) {{
             {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
@@ -2454,8 +2460,8 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
             {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
             wgmma_tf32(part, a_big, b_big, 1);
         }}
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        wgmma_commit();
+        wgmma_wait();
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] += part[i];{held}
     }}

@@ -19,6 +19,7 @@ from cuda_agent.author.emit import (
     CUDA_HALF_PRELUDE,
     CUDA_MMA16_PRELUDE,
     CUDA_MMA_PRELUDE,
+    CUDA_WGMMA_PRELUDE,
     emit_source,
     variant_plan,
 )
@@ -33,11 +34,13 @@ def emulated_cuda(source: str) -> str:
     """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory the
     running block's buffer, the tensor-core step the emulator's."""
     source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace(CUDA_MMA_PRELUDE, "")
-    source = source.replace(CUDA_MMA16_PRELUDE, "").replace(CUDA_HALF_PRELUDE, CPU_HALF_PRELUDE)
+    source = source.replace(CUDA_MMA16_PRELUDE, "").replace(CUDA_WGMMA_PRELUDE, "")
+    source = source.replace(CUDA_HALF_PRELUDE, CPU_HALF_PRELUDE)
     for declared, kind in (("unsigned char", "row_smem"), ("float", "tile_smem"), ("uint16_t", "mma16_smem")):
-        source = source.replace(
-            f"extern __shared__ __align__(16) {declared} {kind}[];",
+        source = re.sub(
+            rf"extern __shared__ __align__\(\d+\) {declared} {kind}\[\];",
             f"{declared}* {kind} = reinterpret_cast<{declared}*>(emu_dynamic_smem);",
+            source,
         )
     # (each block's own static shared arrays: cuda_emulator.h's emu_block_static)
     source = _STATIC_SHARED.sub(r"auto& \2 = emu_block_static<\1\3, __LINE__>();", source)
