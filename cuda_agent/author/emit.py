@@ -2323,18 +2323,38 @@ def wgmma_split_floats(g: GemmKernel) -> tuple[int, int]:
     )
 
 
+# Where a product has fewer tiles of C than twice the SMs of an H100 or H200 (132), its K is cut into parts, a block
+# each, so that the GPU is filled (a 256x256 product of a K of 2^19 has 4 tiles: 4 blocks, each 16384 K steps in
+# turn); a part is at least WGMMA_PART_STEPS steps, so that its sums' extra traffic stays small beside its products.
+WGMMA_SMS = 132
+WGMMA_PART_STEPS = 16
 WGMMA_SPLIT_MAX_BYTES = 8 << 30
+
+
+def wgmma_k_parts(g: GemmKernel) -> int:
+    """Parts of K ``_cuda_gemm_wgmma`` cuts ``g``'s into (1: none)."""
+    tiles = -(-g.m // WGMMA_ROWS) * -(-g.n // WGMMA_ROWS) * g.batch
+    steps = -(-g.k // STAGE_K)
+    parts = max(1, min(-(-2 * WGMMA_SMS // tiles), steps // WGMMA_PART_STEPS, 65535 // g.batch))
+    return -(-steps // -(-steps // parts))  # none empty: as many as parts of that many steps take
+
+
+def wgmma_parts_buffer(g: GemmKernel) -> str:
+    """The buffer of each part of K's sums (``variant_plan`` adds it where there are parts)."""
+    return f"b{g.name}_parts"
 
 
 def wgmma_fits(g: GemmKernel) -> bool:
     """Whether ``_cuda_gemm_wgmma`` runs ``g``: float32, a grid's rows and batches within launch limits, and its
-    split operands within ``WGMMA_SPLIT_MAX_BYTES`` (twice the operands' size, more where a tile of 128 pads a few
-    rows: a matrix-vector product's vector would take 256 times its size)."""
+    split operands and parts' sums within ``WGMMA_SPLIT_MAX_BYTES`` (twice the operands' size, more where a tile of
+    128 pads a few rows: a matrix-vector product's vector would take 256 times its size)."""
+    parts = wgmma_k_parts(g)
+    sums = g.batch * g.m * g.n * parts if parts > 1 else 0
     return (
         g.node.dtype == "float32"
         and -(-g.m // WGMMA_ROWS) <= 65535
         and g.batch <= 65535
-        and 4 * sum(wgmma_split_floats(g)) <= WGMMA_SPLIT_MAX_BYTES
+        and 4 * (sum(wgmma_split_floats(g)) + sums) <= WGMMA_SPLIT_MAX_BYTES
     )
 
 
@@ -2348,7 +2368,9 @@ def _cuda_gemm_wgmma(g: GemmKernel) -> str:
     contiguous copy each into shared memory, by 16-byte asynchronous copies, ``STAGES`` steps in flight.
     A block's two warpgroups compute 64 rows each of a 128x128 tile of C. Each K step's 12 products are summed on
     tensor cores from zero (small terms first, as ``_tf32x3_steps``) and added to the float32 sums on the FMA units,
-    in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time)."""
+    in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time).
+    Where K is cut into parts (``wgmma_k_parts``), each block sums its part's steps into its own slice of the parts'
+    buffer, and a last kernel adds the parts in order (the same sums whatever ran first) and stores them."""
     s = _strides(g)
     a_element, b_element = _tile_elements(g)
     rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
@@ -2357,6 +2379,14 @@ def _cuda_gemm_wgmma(g: GemmKernel) -> str:
     split = g.k >= SPLIT_SUMS_K
     launcher = _launcher_params(g, "cuda")
     sums = "acc[j * 4 + e] + held[j * 4 + e]" if split else "acc[j * 4 + e]"
+    parts, outputs = wgmma_k_parts(g), g.batch * g.m * g.n
+    per_part = -(-steps // parts)
+    if parts > 1:  # this block's part of K, and its sums stored for the last kernel
+        where = f"""const int64_t batch = blockIdx.z / {parts}, k_part = blockIdx.z % {parts};
+    const int first = k_part * {per_part}, last = min(first + {per_part}, {steps});"""
+        put = f"{wgmma_parts_buffer(g)}[(k_part * {outputs}LL + batch * {g.m * g.n}LL) + row * {g.n}LL + col] = {sums};"
+    else:
+        where, put = f"const int64_t batch = blockIdx.z;\n    const int first = 0, last = {steps};", _gemm_put(g, sums)
 
     def splitter(x: str, edge: str, size: int, element: str, batch_stride: int, tiles: int) -> str:
         p = f"p{x}"
@@ -2396,22 +2426,44 @@ __global__ void __launch_bounds__(256) {g.name}_split_{x}(const float* __restric
     descs = "const uint64_t {0} = wgmma_desc({1} + h * {2}, {3}, 128);".format
     held = (
         f"""
-        if (step % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
+        if ((step - first) % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
 #pragma unroll
             for (int i = 0; i < 64; ++i) {{ held[i] += acc[i]; acc[i] = 0.0f; }}
         }}"""
         if split
         else ""
     )
+    adder = (
+        f"""
+// the parts' sums of each output, added in order, then stored
+__global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
+    for (int64_t o = blockIdx.x * 256LL + threadIdx.x; o < {outputs}LL; o += (int64_t)gridDim.x * 256) {{
+        float sum = 0.0f;
+        for (int p = 0; p < {parts}; ++p) sum += {wgmma_parts_buffer(g)}[p * {outputs}LL + o];
+        const int64_t batch = o / {g.m * g.n}LL, row = o / {g.n}LL % {g.m}LL, col = o % {g.n}LL;
+        {_gemm_put(g, "sum")}
+    }}
+}}
+"""
+        if parts > 1
+        else ""
+    )
+    add = (
+        f"\n    {g.name}_parts<<<(unsigned)std::min<int64_t>(({outputs}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
+        f"({', '.join(_gemm_buffers(g))});"
+        if parts > 1
+        else ""
+    )
     return f"""{splitter("a", "row", g.m, a_element, s["sab"], m_tiles)}
-{splitter("b", "col", g.n, b_element, s["sbb"], n_tiles)}
+{splitter("b", "col", g.n, b_element, s["sbb"], n_tiles)}{adder}
 // {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3xTF32), K steps of
 // {STAGE_K}, {STAGES} in flight.
 __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
     extern __shared__ __align__(128) float tile_smem[];
     float* const as = tile_smem;  // [stage][big, small][k / 4][128][4]
     float* const bs = tile_smem + {STAGES * tile};
-    const int64_t batch = blockIdx.z, row0 = (int64_t)blockIdx.y * {rows}, col0 = (int64_t)blockIdx.x * {rows};
+    {where}
+    const int64_t row0 = (int64_t)blockIdx.y * {rows}, col0 = (int64_t)blockIdx.x * {rows};
     const float* const a_tiles = {split_a} + (({a_batch} * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL;
     const float* const b_tiles = {split_b} + (({b_batch} * {n_tiles}LL + blockIdx.x) * {steps}) * {tile}LL;
     const int group = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -2419,7 +2471,7 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = {"held[i] = " if split else ""}0.0f;
     auto fetch = [&](int step) {{
-        if (step < {steps}) {{
+        if (step < last) {{
             const float* const from_a = a_tiles + (int64_t)step * {tile};
             const float* const from_b = b_tiles + (int64_t)step * {tile};
             float* const to_a = as + step % {STAGES} * {tile};
@@ -2434,8 +2486,8 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
         cp_async_commit();  // a group every step, empty past K: the wait below counts groups
     }};
 #pragma unroll
-    for (int step = 0; step < {STAGES - 1}; ++step) fetch(step);
-    for (int step = 0; step < {steps}; ++step) {{
+    for (int step = first; step < first + {STAGES - 1}; ++step) fetch(step);
+    for (int step = first; step < last; ++step) {{
         cp_async_wait<{STAGES - 2}>();  // this thread's copies of this step have landed
         // everyone's have, and every product of the step before (whose buffer is refilled next) is done
         __syncthreads();
@@ -2470,7 +2522,7 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
 #pragma unroll
         for (int e = 0; e < 4; ++e) {{
             const int64_t row = row0 + group * 64 + warp * 16 + g + 8 * (e / 2), col = col0 + j * 8 + 2 * t + e % 2;
-            if (row < {g.m}LL && col < {g.n}LL) {{ {_gemm_put(g, sums)} }}
+            if (row < {g.m}LL && col < {g.n}LL) {{ {put} }}
         }}
 }}
 
@@ -2478,8 +2530,8 @@ extern "C" void {g.name}({launcher}) {{
     {launch("a", g.a.buffer, split_a, a_floats)}
     {launch("b", g.b.buffer, split_b, b_floats)}
     cudaFuncSetAttribute({g.name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {2 * STAGES * tile * 4});
-    dim3 grid({n_tiles}, {m_tiles}, {g.batch});
-    {g.name}_kernel<<<grid, 256, {2 * STAGES * tile * 4}, stream>>>({", ".join(_gemm_buffers(g))});
+    dim3 grid({n_tiles}, {m_tiles}, {g.batch * parts});
+    {g.name}_kernel<<<grid, 256, {2 * STAGES * tile * 4}, stream>>>({", ".join(_gemm_buffers(g))});{add}
 }}
 """
 
@@ -3600,6 +3652,8 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             k = replace(k, split=split, partials=partials, writes=writes, arrivals=arrivals)
         if isinstance(k, GemmKernel) and variant.gemm == "wgmma" and wgmma_fits(k):  # its operands' split parts
             splits = dict(zip(wgmma_splits(k), wgmma_split_floats(k), strict=True))
+            if wgmma_k_parts(k) > 1:  # and each part of K's sums
+                splits[wgmma_parts_buffer(k)] = wgmma_k_parts(k) * k.batch * k.m * k.n
             nodes = {n: Node(n, "split", OpKind.CONTRACTION, (floats,), "float32") for n, floats in splits.items()}
             buffers.update(nodes)
             k = replace(k, writes={**k.writes, **nodes})

@@ -236,6 +236,13 @@ GEMMS = {
         "[torch.randn(2, 70, 36), torch.randn(2, 36, 64)]",
         "a, b",
     ),
+    # few tiles of C over a long K: on wgmma, K cut into parts (2 of 18 and 17 steps, the last partial) whose sums
+    # a last kernel adds, and then the epilogue
+    "k_parts_epilogue": (
+        "        return torch.relu(torch.bmm(a, b) + 1.0)",
+        "[torch.randn(2, 40, 1100), torch.randn(2, 1100, 30)]",
+        "a, b",
+    ),
     # an operand 4 bytes past a 16-byte boundary: its loads one element at a time, the other's 16 bytes
     "misaligned_operand": (
         "        return a @ b",

@@ -183,7 +183,7 @@ def test_split_rows_build_under_the_candidate_rules() -> None:
         (problems.CONV_TRANSPOSE_PHASES, "gemm=tf32x3", "k0_conv_p3(in0, p0, p1, out0, stream);"),
         (problems.BMM_TRANSPOSED, "gemm=wgmma", "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),
         (problems.LINEAR_RELU, "gemm=wgmma", "const float ep_v = acc[j * 4 + e];"),
-        (problems.LONG_K, "gemm=wgmma", "held[i] += acc[i]; acc[i] = 0.0f;"),
+        (problems.LONG_K, "gemm=wgmma", "for (int p = 0; p < 8; ++p) sum += bk0_mm_parts[p * 4608LL + o];"),
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
         (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
@@ -205,7 +205,7 @@ def test_split_rows_build_under_the_candidate_rules() -> None:
         "transposed_conv_phases",
         "wgmma_gemm",
         "wgmma_epilogue",
-        "wgmma_two_level_sums",
+        "wgmma_k_parts",
         "bf16_cudnn_conv",
         "scaled_product",
         "integer_arithmetic",
@@ -219,7 +219,7 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     pipelined GEMM and implicit convolution on TF32 tensor cores (three products each), the same GEMM's K steps
     staged by asynchronous copies (operands of 16-byte groups), its sums in two levels over a long K, a
     convolution's bias and activation as its epilogue, a transposed convolution as a product per phase, the same
-    GEMM on Hopper's warpgroup MMA (with an epilogue, its sums in two levels), a bfloat16 convolution on
+    GEMM on Hopper's warpgroup MMA (with an epilogue, its K cut into parts), a bfloat16 convolution on
     cuDNN, a product scaled by its operands' factors, integer arithmetic (which host compilers take where nvcc
     does not) and float math on the special-function units."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
