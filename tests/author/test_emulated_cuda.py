@@ -158,6 +158,10 @@ SLOW = {
     "ragged_groups",
     "transposed_whole_tiles",
     "narrow_columns_batched_scaled",
+    "one_buffer_twice",
+    "short_rows",
+    "whole_tiles",
+    "scaled_operands",
 }
 
 
