@@ -162,6 +162,9 @@ SLOW = {
     "short_rows",
     "whole_tiles",
     "scaled_operands",
+    "softmax",
+    "logcumsumexp",
+    "column_cumsum",
 }
 
 
