@@ -66,7 +66,8 @@ class Variant:
     # "tiled" (ours), "pipelined" (ours, 128x128 tiles with wide shared reads and the next K step loaded ahead),
     # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy, its float32 operands' K steps copied
     # ahead asynchronously, 16 bytes a copy where they have 16-byte groups, else an element; our implicit
-    # convolutions too, their input gathered a copy an element),
+    # convolutions too, their input gathered a copy an element), "wgmma" (the same on Hopper's warpgroup MMA, sm_90a:
+    # our float32 GEMMs and implicit convolutions where they fit it, others as "tf32x3"),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile), "mma" (ours on tensor
     # cores through mma.sync, staged by asynchronous copies, for 16-bit products whose operands have 16-byte groups;
     # others as "wmma")
@@ -2358,51 +2359,29 @@ def wgmma_fits(g: GemmKernel) -> bool:
     )
 
 
-def _cuda_gemm_wgmma(g: GemmKernel) -> str:
-    """Our float32 GEMM as 3xTF32 (``_tf32x3_steps``'s big*big + big*small + small*big, float32's accuracy) on
-    Hopper's warpgroup MMA (sm_90a), which multiplies twice as fast as mma.sync and reads its operands from shared
-    memory itself. wgmma reads TF32 operands K-major only and cannot split them, so each operand is first split
-    once into its big and small TF32 parts (a kernel each, read through its strides, zeros past its edges), laid
-    out as the product reads them: per 128 rows (A) or columns (B) and K step of 32, the big tile then the small,
-    each [k / 4][128][4] (core matrices of 8 rows by 4 k, 16 bytes a row). A step's four tiles are then one
-    contiguous copy each into shared memory, by 16-byte asynchronous copies, ``STAGES`` steps in flight.
-    A block's two warpgroups compute 64 rows each of a 128x128 tile of C. Each K step's 12 products are summed on
-    tensor cores from zero (small terms first, as ``_tf32x3_steps``) and added to the float32 sums on the FMA units,
-    in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time).
-    Where K is cut into parts (``wgmma_k_parts``), each block sums its part's steps into its own slice of the parts'
-    buffer, and a last kernel adds the parts in order (the same sums whatever ran first) and stores them."""
-    s = _strides(g)
-    a_element, b_element = _tile_elements(g)
-    rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
-    steps, m_tiles, n_tiles = -(-g.k // STAGE_K), -(-g.m // rows), -(-g.n // rows)
-    split_a, split_b = wgmma_splits(g)
-    split = g.k >= SPLIT_SUMS_K
-    launcher = _launcher_params(g, "cuda")
-    sums = "acc[j * 4 + e] + held[j * 4 + e]" if split else "acc[j * 4 + e]"
-    parts, outputs = wgmma_k_parts(g), g.batch * g.m * g.n
-    per_part = -(-steps // parts)
-    if parts > 1:  # this block's part of K, and its sums stored for the last kernel
-        where = f"""const int64_t batch = blockIdx.z / {parts}, k_part = blockIdx.z % {parts};
-    const int first = k_part * {per_part}, last = min(first + {per_part}, {steps});"""
-        put = f"{wgmma_parts_buffer(g)}[(k_part * {outputs}LL + batch * {g.m * g.n}LL) + row * {g.n}LL + col] = {sums};"
-    else:
-        where, put = f"const int64_t batch = blockIdx.z;\n    const int first = 0, last = {steps};", _gemm_put(g, sums)
-
-    def splitter(x: str, edge: str, size: int, element: str, batch_stride: int, tiles: int) -> str:
-        p = f"p{x}"
-        return f"""// {x.upper()}'s big and small TF32 parts as {g.name}_kernel reads them, zeros past its edges
-__global__ void __launch_bounds__(256) {g.name}_split_{x}(const float* __restrict__ src, float* __restrict__ out,
+def _wgmma_splitter(name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, located: str = "") -> str:
+    """The kernel splitting operand ``x`` (a or b) of ``name``'s wgmma product into its big and small TF32 parts,
+    laid out as ``_wgmma_kernel`` reads them, zeros past its edges. ``edge``: the variable naming a row of A (column
+    of B), their count, and a batch's stride in ``src`` (``p{x}``: the batch's origin); ``element`` reads the operand
+    at that row (column) and ``k``, after the ``located`` statements."""
+    var, size, batch_stride = edge
+    rows, tile, steps, tiles = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K, -(-depth // STAGE_K), -(-size // WGMMA_ROWS)
+    return f"""// {x.upper()}'s big and small TF32 parts as {name}_kernel reads them, zeros past its edges
+__global__ void __launch_bounds__(256) {name}_split_{x}(const float* __restrict__ src, float* __restrict__ out,
                                                         int64_t quads) {{
     for (int64_t q = blockIdx.x * 256LL + threadIdx.x; q < quads; q += (int64_t)gridDim.x * 256) {{
         const int r = q % {rows}, kc = q / {rows} % {STAGE_K // 4};
         const int64_t ks = q / {rows * STAGE_K // 4} % {steps}, t = q / ({rows * STAGE_K // 4}LL * {steps});
-        const int64_t batch = t / {tiles}, {edge} = t % {tiles} * {rows} + r;
-        const float* {p} = src + batch * {batch_stride}LL;
+        const int64_t batch = t / {tiles}, {var} = t % {tiles} * {rows} + r;
+        const float* p{x} = src + batch * {batch_stride}LL;
         float v[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {{
             const int64_t k = ks * {STAGE_K} + kc * 4 + e;
-            v[e] = {edge} < {size}LL && k < {g.k}LL ? {element} : 0.0f;
+            v[e] = 0.0f;
+            if ({var} < {size}LL && k < {depth}LL) {{{located}
+                v[e] = {element};
+            }}
         }}
         const float4 big = make_float4(tf32_near(v[0]), tf32_near(v[1]), tf32_near(v[2]), tf32_near(v[3]));
         float4* const at = reinterpret_cast<float4*>(out + (t * {steps} + ks) * {tile}LL) + kc * {rows} + r;
@@ -2412,16 +2391,110 @@ __global__ void __launch_bounds__(256) {g.name}_split_{x}(const float* __restric
 }}
 """
 
-    def launch(x: str, operand: str, scratch: str, floats: int) -> str:
-        quads = floats // 8  # a quad of the big tile's a thread (and its small twin)
-        return (
-            f"{g.name}_split_{x}<<<(unsigned)std::min<int64_t>(({quads}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
-            f"({operand}, {scratch}, {quads}LL);"
-        )
 
-    a_floats, b_floats = wgmma_split_floats(g)
-    a_batch = "batch" if s["sab"] else "0"
-    b_batch = "batch" if s["sbb"] else "0"
+def _wgmma_split_launch(name: str, x: str, operand: str, scratch: str, floats: int) -> str:
+    quads = floats // 8  # a quad of the big tile's a thread (and its small twin)
+    return (
+        f"{name}_split_{x}<<<(unsigned)std::min<int64_t>(({quads}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
+        f"({operand}, {scratch}, {quads}LL);"
+    )
+
+
+class WgmmaGather(NamedTuple):
+    """B of ``_wgmma_kernel`` gathered by the product's own threads (an implicit convolution's input) instead of
+    split beforehand: ``setup``, statements once a thread (its column: ``my_col``, ``col0 + threadIdx.x % 128``);
+    ``step``, once a K step (they may read ``k_next``, the step's first k); then for each of the thread's 16 k of
+    the step: statements locating the element, the condition it exists under, and its expression."""
+
+    setup: list[str]
+    step: tuple[str, ...]
+    located: list[str]
+    exists: str
+    element: str
+
+
+def _wgmma_kernel(
+    name: str,
+    params: str,
+    dims: tuple[int, int, int],
+    parts: int,
+    a_tiles: str,
+    b: str | WgmmaGather,
+    put: str,
+) -> str:
+    """The product kernel of ``_cuda_gemm_wgmma`` and ``_conv_wgmma``: C (``dims``: m x n, and K) in 128x128
+    tiles, a block each (and each part of K: ``wgmma_k_parts``). ``a_tiles`` (and ``b`` where it is one too) is the
+    block's first split tile, as ``_wgmma_splitter`` lays them out; ``put`` stores ``sums`` at ``row``, ``col`` of
+    ``batch``. A gathered B (``WgmmaGather``) is loaded into registers a step ahead, while the step's products run,
+    then split and stored as the splitter would have laid it out (generic stores, fenced for wgmma's reads)."""
+    m, n, depth = dims
+    rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
+    steps = -(-depth // STAGE_K)
+    split = depth >= SPLIT_SUMS_K
+    gather = b if isinstance(b, WgmmaGather) else None
+    if parts > 1:  # this block's part of K
+        per_part = -(-steps // parts)
+        where = f"""const int64_t batch = blockIdx.z / {parts}, k_part = blockIdx.z % {parts};
+    const int first = k_part * {per_part}, last = min(first + {per_part}, {steps});"""
+    else:
+        where = f"const int64_t batch = blockIdx.z;\n    const int first = 0, last = {steps};"
+    b_fetch, b_setup, b_steps = "", f"const float* const b_tiles = {b};", ""
+    if gather is None:
+        b_fetch = """
+                cp_async4(to_b + q, from_b + q, true, true);"""
+        copies = f"""
+            const float* const from_b = b_tiles + (int64_t)step * {tile};
+            float* const to_b = bs + step % {STAGES} * {tile};"""
+    else:
+        copies = ""
+        located = "".join(f"\n                {line}" for line in gather.located)
+        step_lines = "".join(f"\n            {line}" for line in gather.step)
+        b_setup = "\n    ".join(
+            [
+                *gather.setup,
+                f"const bool col_in = my_col < {n}LL;",
+                "const int kh = threadIdx.x / 128 * 16;  // this thread's 16 k of a step, in its column my_col",
+                "float gb[16];",
+            ]
+        )
+        # (a step's tile: [big, small][k / 4][128][4]; this thread's 16 k are 4 quads of its column)
+        b_steps = f"""
+    auto gather = [&](int step) {{
+        if (step < last) {{
+            const int64_t k_next = (int64_t)step * {STAGE_K};{step_lines}
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {{
+                const int64_t k = k_next + kh + i;
+                gb[i] = 0.0f;
+                if (col_in && k < {depth}LL) {{{located}
+                    if ({gather.exists or "true"}) gb[i] = {gather.element};
+                }}
+            }}
+        }}
+    }};
+    auto put_b = [&](int step) {{
+        if (step < last) {{
+            float4* const to =
+                reinterpret_cast<float4*>(bs + step % {STAGES} * {tile}) + kh / 4 * {rows} + threadIdx.x % {rows};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {{
+                const float4 big = make_float4(tf32_near(gb[4 * q]), tf32_near(gb[4 * q + 1]), tf32_near(gb[4 * q + 2]),
+                                               tf32_near(gb[4 * q + 3]));
+                to[q * {rows}] = big;
+                to[q * {rows} + {rows * STAGE_K // 4}] = make_float4(gb[4 * q] - big.x, gb[4 * q + 1] - big.y,
+                                                                  gb[4 * q + 2] - big.z, gb[4 * q + 3] - big.w);
+            }}
+        }}
+        fence_async_smem();  // for the products' reads, after the barrier that follows
+    }};"""
+    first_b = "\n    gather(first);\n    put_b(first);" if gather else ""
+    ahead = "\n        gather(step + 1);  // its loads in flight while the products run" if gather else ""
+    after = (
+        "\n        put_b(step + 1);  // its buffer's products (step - 2) are done: a barrier has passed since"
+        if gather
+        else ""
+    )
+    sums = "acc[j * 4 + e] + held[j * 4 + e]" if split else "acc[j * 4 + e]"
     # a descriptor's core matrices: the next 4 k a tile's 128 rows on (2048 bytes), the next 8 rows 128 bytes on
     descs = "const uint64_t {0} = wgmma_desc({1} + h * {2}, {3}, 128);".format
     held = (
@@ -2433,39 +2506,15 @@ __global__ void __launch_bounds__(256) {g.name}_split_{x}(const float* __restric
         if split
         else ""
     )
-    adder = (
-        f"""
-// the parts' sums of each output, added in order, then stored
-__global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
-    for (int64_t o = blockIdx.x * 256LL + threadIdx.x; o < {outputs}LL; o += (int64_t)gridDim.x * 256) {{
-        float sum = 0.0f;
-        for (int p = 0; p < {parts}; ++p) sum += {wgmma_parts_buffer(g)}[p * {outputs}LL + o];
-        const int64_t batch = o / {g.m * g.n}LL, row = o / {g.n}LL % {g.m}LL, col = o % {g.n}LL;
-        {_gemm_put(g, "sum")}
-    }}
-}}
-"""
-        if parts > 1
-        else ""
-    )
-    add = (
-        f"\n    {g.name}_parts<<<(unsigned)std::min<int64_t>(({outputs}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
-        f"({', '.join(_gemm_buffers(g))});"
-        if parts > 1
-        else ""
-    )
-    return f"""{splitter("a", "row", g.m, a_element, s["sab"], m_tiles)}
-{splitter("b", "col", g.n, b_element, s["sbb"], n_tiles)}{adder}
-// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3xTF32), K steps of
-// {STAGE_K}, {STAGES} in flight.
-__global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
+    return f"""
+__global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     extern __shared__ __align__(128) float tile_smem[];
     float* const as = tile_smem;  // [stage][big, small][k / 4][128][4]
     float* const bs = tile_smem + {STAGES * tile};
     {where}
     const int64_t row0 = (int64_t)blockIdx.y * {rows}, col0 = (int64_t)blockIdx.x * {rows};
-    const float* const a_tiles = {split_a} + (({a_batch} * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL;
-    const float* const b_tiles = {split_b} + (({b_batch} * {n_tiles}LL + blockIdx.x) * {steps}) * {tile}LL;
+    const float* const a_tiles = {a_tiles};
+    {b_setup}
     const int group = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     float acc[64], part[64]{", held[64]" if split else ""};
 #pragma unroll
@@ -2473,20 +2522,17 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
     auto fetch = [&](int step) {{
         if (step < last) {{
             const float* const from_a = a_tiles + (int64_t)step * {tile};
-            const float* const from_b = b_tiles + (int64_t)step * {tile};
-            float* const to_a = as + step % {STAGES} * {tile};
-            float* const to_b = bs + step % {STAGES} * {tile};
+            float* const to_a = as + step % {STAGES} * {tile};{copies}
 #pragma unroll
             for (int l = 0; l < {tile // 4 // 256}; ++l) {{
                 const int q = (threadIdx.x + l * 256) * 4;
-                cp_async4(to_a + q, from_a + q, true, true);
-                cp_async4(to_b + q, from_b + q, true, true);
+                cp_async4(to_a + q, from_a + q, true, true);{b_fetch}
             }}
         }}
         cp_async_commit();  // a group every step, empty past K: the wait below counts groups
-    }};
+    }};{b_steps}
 #pragma unroll
-    for (int step = first; step < first + {STAGES - 1}; ++step) fetch(step);
+    for (int step = first; step < first + {STAGES - 1}; ++step) fetch(step);{first_b}
     for (int step = first; step < last; ++step) {{
         cp_async_wait<{STAGES - 2}>();  // this thread's copies of this step have landed
         // everyone's have, and every product of the step before (whose buffer is refilled next) is done
@@ -2512,26 +2558,88 @@ __global__ void __launch_bounds__(256) {g.name}_kernel({_gemm_params(g)}) {{
             {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
             wgmma_tf32(part, a_big, b_big, 1);
         }}
-        wgmma_commit();
+        wgmma_commit();{ahead}
         wgmma_wait();
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] += part[i];{held}
+        for (int i = 0; i < 64; ++i) acc[i] += part[i];{held}{after}
     }}
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {{
             const int64_t row = row0 + group * 64 + warp * 16 + g + 8 * (e / 2), col = col0 + j * 8 + 2 * t + e % 2;
-            if (row < {g.m}LL && col < {g.n}LL) {{ {put} }}
+            if (row < {m}LL && col < {n}LL) {{ {put.replace("{sums}", sums)} }}
         }}
 }}
+"""
 
-extern "C" void {g.name}({launcher}) {{
-    {launch("a", g.a.buffer, split_a, a_floats)}
-    {launch("b", g.b.buffer, split_b, b_floats)}
-    cudaFuncSetAttribute({g.name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {2 * STAGES * tile * 4});
-    dim3 grid({n_tiles}, {m_tiles}, {g.batch * parts});
-    {g.name}_kernel<<<grid, 256, {2 * STAGES * tile * 4}, stream>>>({", ".join(_gemm_buffers(g))});{add}
+
+def _wgmma_launch(name: str, args: str, grid: tuple[int, int, int]) -> str:
+    smem = 2 * STAGES * 2 * WGMMA_ROWS * STAGE_K * 4
+    return f"""cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem});
+    {name}_kernel<<<dim3({grid[0]}, {grid[1]}, {grid[2]}), 256, {smem}, stream>>>({args});"""
+
+
+def _cuda_gemm_wgmma(g: GemmKernel) -> str:
+    """Our float32 GEMM as 3xTF32 (``_tf32x3_steps``'s big*big + big*small + small*big, float32's accuracy) on
+    Hopper's warpgroup MMA (sm_90a), which multiplies twice as fast as mma.sync and reads its operands from shared
+    memory itself. wgmma reads TF32 operands K-major only and cannot split them, so each operand is first split
+    once into its big and small TF32 parts (a kernel each, read through its strides, zeros past its edges), laid
+    out as the product reads them: per 128 rows (A) or columns (B) and K step of 32, the big tile then the small,
+    each [k / 4][128][4] (core matrices of 8 rows by 4 k, 16 bytes a row). A step's four tiles are then one
+    contiguous copy each into shared memory, by 16-byte asynchronous copies, ``STAGES`` steps in flight.
+    A block's two warpgroups compute 64 rows each of a 128x128 tile of C. Each K step's 12 products are summed on
+    tensor cores from zero (small terms first, as ``_tf32x3_steps``) and added to the float32 sums on the FMA units,
+    in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time).
+    Where K is cut into parts (``wgmma_k_parts``), each block sums its part's steps into its own slice of the parts'
+    buffer, and a last kernel adds the parts in order (the same sums whatever ran first) and stores them."""
+    s = _strides(g)
+    a_element, b_element = _tile_elements(g)
+    rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
+    steps, m_tiles, n_tiles = -(-g.k // STAGE_K), -(-g.m // rows), -(-g.n // rows)
+    split_a, split_b = wgmma_splits(g)
+    parts, outputs = wgmma_k_parts(g), g.batch * g.m * g.n
+    if parts > 1:  # each part's sums stored for the last kernel
+        put = (
+            f"{wgmma_parts_buffer(g)}[(k_part * {outputs}LL + batch * {g.m * g.n}LL) + row * {g.n}LL + col] = {{sums}};"
+        )
+    else:
+        put = _gemm_put(g, "{sums}")
+    adder = (
+        f"""
+// the parts' sums of each output, added in order, then stored
+__global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
+    for (int64_t o = blockIdx.x * 256LL + threadIdx.x; o < {outputs}LL; o += (int64_t)gridDim.x * 256) {{
+        float sum = 0.0f;
+        for (int p = 0; p < {parts}; ++p) sum += {wgmma_parts_buffer(g)}[p * {outputs}LL + o];
+        const int64_t batch = o / {g.m * g.n}LL, row = o / {g.n}LL % {g.m}LL, col = o % {g.n}LL;
+        {_gemm_put(g, "sum")}
+    }}
+}}
+"""
+        if parts > 1
+        else ""
+    )
+    add = (
+        f"\n    {g.name}_parts<<<(unsigned)std::min<int64_t>(({outputs}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
+        f"({', '.join(_gemm_buffers(g))});"
+        if parts > 1
+        else ""
+    )
+    a_floats, b_floats = wgmma_split_floats(g)
+    a_batch = "batch" if s["sab"] else "0"
+    b_batch = "batch" if s["sbb"] else "0"
+    a_tiles = f"{split_a} + (({a_batch} * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL"
+    b_tiles = f"{split_b} + (({b_batch} * {n_tiles}LL + blockIdx.x) * {steps}) * {tile}LL"
+    kernel = _wgmma_kernel(g.name, _gemm_params(g), (g.m, g.n, g.k), parts, a_tiles, b_tiles, put)
+    return f"""{_wgmma_splitter(g.name, "a", ("row", g.m, s["sab"]), g.k, a_element)}
+{_wgmma_splitter(g.name, "b", ("col", g.n, s["sbb"]), g.k, b_element)}{adder}
+// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3xTF32), K steps of
+// {STAGE_K}, {STAGES} in flight.{kernel}
+extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
+    {_wgmma_split_launch(g.name, "a", g.a.buffer, split_a, a_floats)}
+    {_wgmma_split_launch(g.name, "b", g.b.buffer, split_b, b_floats)}
+    {_wgmma_launch(g.name, ", ".join(_gemm_buffers(g)), (n_tiles, m_tiles, g.batch * parts))}{add}
 }}
 """
 
@@ -2968,7 +3076,7 @@ def _digits(names: list[str], sizes: tuple[int, ...], index: str, ctype: str = "
     return lines[::-1]
 
 
-def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
+def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False, wgmma: bool = False) -> str:
     """Our convolution as a product on the pipelined tile kernel (implicit GEMM): per group, the weights (output
     channels x input channels and taps) times the input gathered at each output position's taps (its columns: the
     positions of every image, so a warp stores neighbouring positions), zero where a tap falls in the padding or,
@@ -2976,13 +3084,15 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False) -> str:
     A thread's input loads all fall in one column (``_pipelined``): its image and output position are found once.
     A transposed convolution with strides runs as one product per phase (``_phases``), each over the taps that
     meet an input: the full product's others (3 in 4 at stride 2 in 2-d) would only multiply zeros. Where the
-    weights are copied tap-major (``taps_buffer``), each phase's are copied before its product."""
+    weights are copied tap-major (``taps_buffer``), each phase's are copied before its product. ``wgmma``: each
+    product on Hopper's warpgroup MMA (``_conv_wgmma``), its weights split from ``conv_wgmma_split``'s offset."""
     phases = _phases(k)
+    splits = itertools.accumulate(conv_wgmma_split_floats(k), initial=0)
     if phases is None:
-        return _implicit_product(k, tensor_cores, k.name, None, 0)
+        return _implicit_product(k, tensor_cores, k.name, None, 0, 0 if wgmma else None)
     parts, offset = [], 0
-    for i, phase in enumerate(phases):
-        parts.append(_implicit_product(k, tensor_cores, f"{k.name}_p{i}", phase, offset))
+    for i, (phase, split_at) in enumerate(zip(phases, splits, strict=False)):
+        parts.append(_implicit_product(k, tensor_cores, f"{k.name}_p{i}", phase, offset, split_at if wgmma else None))
         offset += math.prod(k.w_shape[:2]) * math.prod(_phase_taps(k, phase)[1])
     args = ", ".join([*k.reads, *k.writes, "stream"])
     calls = "".join(f"\n    {k.name}_p{i}({args});" for i in range(len(phases)))
@@ -3039,12 +3149,107 @@ def tap_major(k: ConvKernel) -> bool:
     return fp32 and cin_g % STAGE_K == 0 and math.prod(k.w_shape[2:]) > 1
 
 
+def conv_wgmma_split(k: ConvKernel) -> str:
+    """The buffer ``_conv_wgmma`` splits the weights into (``variant_plan`` adds it), each product's from its own
+    offset on."""
+    return f"b{k.name}_split_a"
+
+
+def conv_wgmma_split_floats(k: ConvKernel) -> list[int]:
+    """Floats of each of ``k``'s products' split weights (one product, or one a phase: ``_phases``): per group, per
+    128 output channels and K step, the tile's big and small TF32 parts."""
+    groups = k.node.attrs["groups"]
+    cin_g, cout_g = k.x_shape[1] // groups, k.node.shape[1] // groups
+    tiles = groups * -(-cout_g // WGMMA_ROWS)
+    phases = _phases(k)
+    taps = [math.prod(_phase_taps(k, phase)[1]) for phase in phases] if phases else [math.prod(k.w_shape[2:])]
+    return [tiles * -(-cin_g * t // STAGE_K) * 2 * WGMMA_ROWS * STAGE_K for t in taps]
+
+
+def conv_wgmma_fits(k: ConvKernel) -> bool:
+    """Whether ``_conv_wgmma`` runs ``k``: float32, a grid's rows and groups within launch limits, its split weights
+    within ``WGMMA_SPLIT_MAX_BYTES``."""
+    groups, out = k.node.attrs["groups"], k.node.shape
+    return (
+        all(n.dtype == "float32" for n in (k.node, k.reads[k.x], k.reads[k.w]))
+        and -(-out[1] // groups // WGMMA_ROWS) <= 65535
+        and groups <= 65535
+        and -(-out[0] * math.prod(out[2:]) // WGMMA_ROWS) < 2**31
+        and 4 * sum(conv_wgmma_split_floats(k)) <= WGMMA_SPLIT_MAX_BYTES
+    )
+
+
+def _conv_wgmma(
+    k: ConvKernel,
+    name: str,
+    phase: tuple[int, ...] | None,
+    split_at: int,
+    gather: WgmmaGather,
+    put: Callable[[str], str],
+) -> str:
+    """``_implicit_product``'s product on wgmma (``_wgmma_kernel``): per group, the weights (output channels x K)
+    split beforehand as ``_cuda_gemm_wgmma`` splits A, into ``conv_wgmma_split`` from ``split_at`` on, times the
+    input gathered by the product's own threads (``gather``: nothing is materialized). K runs tap-major where a
+    group's input channels come in whole K steps (``tap_major``: a step's tap and padding found once), the weights
+    reordered so by their split; else channel-major, as the module holds them."""
+    a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
+    groups = a["groups"]
+    cin_g, cout_g = xs[1] // groups, out[1] // groups
+    residues, tap_counts = _phase_taps(k, phase)
+    phase_taps = math.prod(tap_counts)
+    depth = cin_g * phase_taps
+    firsts, strides = (phase, a["stride"]) if phase is not None else ((0,) * len(tap_counts), (1,) * len(tap_counts))
+    # the product's columns: each image's output positions (a phase's: o = f + s p along each dim)
+    cols = out[0] * math.prod(-(-(n - f) // s) for n, f, s in zip(out[2:], firsts, strides, strict=True))
+    by_tap = tap_major(k)
+    # the weight at (row = output channel in the group, k): its channel c and tap t = r + s m (m: the phase's digits)
+    located = [
+        f"const int c = (int)(k % {cin_g}), tap = (int)(k / {cin_g});"
+        if by_tap
+        else f"const int c = (int)(k / {phase_taps}), tap = (int)(k % {phase_taps});",
+        *_digits([f"m{j}" for j in range(len(tap_counts))], tap_counts, "tap", "int"),
+    ]
+    at = linear_index(
+        ws[2:], tuple(f"({r} + {s} * m{j})" for j, (r, s) in enumerate(zip(residues, strides, strict=True)))
+    )
+    taps = math.prod(ws[2:])
+    w_at = (  # [in, out / groups, *taps] transposed, else [out, in / groups, *taps]
+        f"((batch * {cin_g}LL + c) * {cout_g}LL + row) * {taps}LL + {at}"
+        if a["transposed"]
+        else f"((batch * {cout_g}LL + row) * {cin_g}LL + c) * {taps}LL + {at}"
+    )
+    rows, tile, steps = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K, -(-depth // STAGE_K)
+    m_tiles, n_tiles = -(-cout_g // rows), -(-cols // rows)
+    split = f"({conv_wgmma_split(k)} + {split_at}LL)"
+    a_tiles = f"{split} + ((batch * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL"
+    splitter = _wgmma_splitter(
+        name, "a", ("row", cout_g, 0), depth, f"pa[{w_at}]", "".join(f"\n                {x}" for x in located)
+    )
+    kernel = _wgmma_kernel(name, _conv_params(k), (cout_g, cols, depth), 1, a_tiles, gather, put("{sums}"))
+    what = k.describe() + ("" if phase is None else f"; the phase of outputs from {list(phase)}")
+    order = "tap" if by_tap else "channel"
+    return f"""{splitter}
+// {what}: per group, its weights times the input at each output position's taps (K {order}-major), 128x128
+// tiles on wgmma (3xTF32), K steps of {STAGE_K}, {STAGES} in flight.{kernel}
+extern "C" void {name}({_launcher_params(k, "cuda")}) {{
+    {_wgmma_split_launch(name, "a", k.w, split, m_tiles * steps * tile * groups)}
+    {_wgmma_launch(name, ", ".join(_kernel_buffers(k, [])), (n_tiles, m_tiles, groups))}
+}}
+"""
+
+
 def _implicit_product(
-    k: ConvKernel, tensor_cores: bool, name: str, phase: tuple[int, ...] | None, taps_offset: int
+    k: ConvKernel,
+    tensor_cores: bool,
+    name: str,
+    phase: tuple[int, ...] | None,
+    taps_offset: int,
+    split_at: int | None = None,
 ) -> str:
     """``_cuda_conv_implicit``'s product named ``name``: over every output position and tap, or over one phase's
     (``_phases``: the first output position along each dim); tap-major where the variant copies the weights so
-    (``taps_buffer``, from ``taps_offset`` on for this phase)."""
+    (``taps_buffer``, from ``taps_offset`` on for this phase). Where ``split_at`` is given, on wgmma
+    (``_conv_wgmma``), the weights split into ``conv_wgmma_split`` from there on."""
     a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
     spatial, groups = len(out) - 2, a["groups"]
     cin_g, cout_g = xs[1] // groups, out[1] // groups
@@ -3058,7 +3263,8 @@ def _implicit_product(
         counts = tuple(-(-(n - f) // s) for n, f, s in zip(out[2:], phase, steps, strict=True))
     positions, phase_taps = math.prod(counts), math.prod(tap_counts)
     depth = cin_g * phase_taps
-    by_tap = taps_buffer(k) in k.writes  # variant_plan adds it for the 3xTF32 product only
+    # variant_plan adds the taps' buffer for the 3xTF32 product only; wgmma's split reorders the weights itself
+    by_tap = taps_buffer(k) in k.writes or (split_at is not None and tap_major(k))
     setup = [
         "const int64_t my_col = col0 + threadIdx.x % 128;",
         f"const int64_t pos = my_col % {positions}LL;",
@@ -3112,6 +3318,23 @@ def _implicit_product(
             f"const {offset_t} x_step = {image_at('c_first')};",
         )
         b_copy = ([], "tap_in", f"x_group[x_step + ({offset_t})(k - k_next) * {plane}]")
+    # The output's coordinates (an epilogue's too): image, channel, and each position f + s p, p the digits of the
+    # column's position
+    digits = [f"col % {math.prod(counts[j:])}LL / {math.prod(counts[j + 1 :])}LL" for j in range(spatial)]
+    y_coords = [f"col / {positions}LL", f"batch * {cout_g}LL + row"]
+    y_coords += [d if phase is None else f"{f} + {s} * ({d})" for d, f, s in zip(digits, firsts, steps, strict=True)]
+    y_at = (  # without phases the column's position is the output's: no digits
+        f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
+        if phase is None
+        else linear_index(out, tuple(f"({c})" for c in y_coords))
+    )
+    if split_at is not None:
+        b_gather = (
+            WgmmaGather(setup, step, [], "tap_in", b_copy[2])
+            if by_tap
+            else WgmmaGather(setup, (), located, exists, element)
+        )
+        return _conv_wgmma(k, name, phase, split_at, b_gather, lambda value: _put(k, y_at, tuple(y_coords), value))
     # A: the weights at (row = output channel in the group, k), channel-major as the module holds them
     w_located: list[str] = []
     if phase is not None:  # [in, out / groups, *taps] at the phase's taps
@@ -3140,16 +3363,6 @@ def _implicit_product(
             k.w,
             (w_located, "", w_element) if fp32 else None,
         )
-    # The output's coordinates (an epilogue's too): image, channel, and each position f + s p, p the digits of the
-    # column's position
-    digits = [f"col % {math.prod(counts[j:])}LL / {math.prod(counts[j + 1 :])}LL" for j in range(spatial)]
-    y_coords = [f"col / {positions}LL", f"batch * {cout_g}LL + row"]
-    y_coords += [d if phase is None else f"{f} + {s} * ({d})" for d, f, s in zip(digits, firsts, steps, strict=True)]
-    y_at = (  # without phases the column's position is the output's: no digits
-        f"((col / {positions}LL) * {out[1]}LL + batch * {cout_g}LL + row) * {positions}LL + col % {positions}LL"
-        if phase is None
-        else linear_index(out, tuple(f"({c})" for c in y_coords))
-    )
     product = _pipelined(
         f"{name}_product" if prologue else name,
         k.describe() + ("" if phase is None else f"; the phase of outputs from {list(phase)}"),
@@ -3617,6 +3830,16 @@ extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
 """
 
 
+def _tensor_cores(variant: Variant) -> bool:
+    """Whether ``variant`` runs our float32 products (GEMMs, implicit convolutions) as 3xTF32 on tensor cores: on
+    mma.sync, or on wgmma (``_cuda_gemm_wgmma``, ``_conv_wgmma``) where a product fits it, else on mma.sync."""
+    return variant.gemm in ("tf32x3", "wgmma")
+
+
+def _conv_on_wgmma(k: ConvKernel, variant: Variant) -> bool:
+    return variant.conv == "implicit" and variant.gemm == "wgmma" and conv_wgmma_fits(k)
+
+
 def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
     """The plan as ``variant`` runs it, which ``emit_source`` and ``emit_model_new`` take: its float math in the
     variant's forms, and the elementwise kernels after our own products and convolutions fused into them as
@@ -3657,7 +3880,11 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             nodes = {n: Node(n, "split", OpKind.CONTRACTION, (floats,), "float32") for n, floats in splits.items()}
             buffers.update(nodes)
             k = replace(k, writes={**k.writes, **nodes})
-        if isinstance(k, ConvKernel) and variant.conv == "implicit" and variant.gemm == "tf32x3" and tap_major(k):
+        if isinstance(k, ConvKernel) and _conv_on_wgmma(k, variant):  # its weights' split parts
+            name = conv_wgmma_split(k)
+            buffers[name] = Node(name, "split", OpKind.CONVOLUTION, (sum(conv_wgmma_split_floats(k)),), "float32")
+            k = replace(k, writes={**k.writes, name: buffers[name]})
+        elif isinstance(k, ConvKernel) and variant.conv == "implicit" and _tensor_cores(variant) and tap_major(k):
             name = taps_buffer(k)
             buffers[name] = Node(name, "taps", OpKind.CONVOLUTION, (k.reads[k.w].numel,), "float32")
             k = replace(k, writes={**k.writes, name: buffers[name]})
@@ -3671,14 +3898,15 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
     if any(n.dtype in HALF_TYPES for n in plan.graph.nodes):
         parts.append(CUDA_HALF_PRELUDE if device == "cuda" else CPU_HALF_PRELUDE)
     blas = dnn = mma16_used = wgmma_used = False
-    tensor_cores = variant.gemm == "tf32x3"  # our float32 products (GEMMs, implicit convolutions) as 3xTF32
+    tensor_cores = _tensor_cores(variant)
     for k in plan.kernels:
         if isinstance(k, ConvKernel) and device == "cuda" and variant.conv not in ("direct", "implicit"):
             dnn = True
             parts.append(_cudnn_conv(k, variant))
         elif isinstance(k, ConvKernel) and device == "cuda":
-            implicit = variant.conv == "implicit"
-            parts.append(_cuda_conv_implicit(k, tensor_cores) if implicit else _cuda_conv(k, variant))
+            implicit, on_wgmma = variant.conv == "implicit", _conv_on_wgmma(k, variant)
+            wgmma_used = wgmma_used or on_wgmma
+            parts.append(_cuda_conv_implicit(k, tensor_cores, on_wgmma) if implicit else _cuda_conv(k, variant))
         elif isinstance(k, ConvKernel):
             parts.append(_cpu_conv(k, variant))
         elif isinstance(k, GemmKernel) and device == "cuda":

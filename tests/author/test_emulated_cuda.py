@@ -430,6 +430,11 @@ CONVS = {
         "        self.c = nn.ConvTranspose1d(32, 8, 3, dilation=2, bias=False)",
         "[torch.randn(2, 32, 10)]",
     ),
+    # on wgmma (emit._conv_wgmma) channel-major over K steps (6 channels by 9 taps), two tiles of output channels
+    "channel_major_two_row_tiles": (
+        "        self.c = nn.Conv2d(6, 130, 3, padding=1, bias=False)",
+        "[torch.randn(1, 6, 5, 7)]",
+    ),
 }
 
 
