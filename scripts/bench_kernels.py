@@ -32,6 +32,7 @@ from cuda_agent.author import emit
 from cuda_agent.author.capture import capture_problem
 from cuda_agent.author.plan import plan_graph
 from cuda_agent.author.search import variants
+from cuda_agent.compile.toolchain import resolve_arch
 from cuda_agent.eval.compare import chunks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +93,19 @@ def bench(problem: Path, variant: str, stages: int, iters: int, work: Path, prof
     plan = emit.variant_plan(plan, "cuda", chosen[0])
     cu.write_text(emit.emit_source(plan, "cuda", chosen[0]))
     lib_path = cu.with_suffix(".so")
-    build = ["nvcc", "-O3", "-arch=native", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-o", str(lib_path)]
+    arch = resolve_arch(None).removeprefix("sm_")  # as the builder builds (sm_90a on Hopper: wgmma)
+    build = [
+        "nvcc",
+        "-O3",
+        f"-gencode=arch=compute_{arch},code=sm_{arch}",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-Xptxas",
+        "-v",
+        "-o",
+        str(lib_path),
+    ]
     libraries = [f"-l{name}" for name in ("cublas", "cudnn") if f'#pragma comment(lib, "{name}")' in cu.read_text()]
     built = subprocess.run([*build, str(cu), *libraries], capture_output=True, text=True)
     if built.returncode:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -378,8 +379,12 @@ __device__ __forceinline__ uint64_t wgmma_desc(const float* p, uint32_t lbo, uin
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-// Waits for every product this thread's warpgroup committed: their sums are in its registers, their tiles free.
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Waits until at most ``pending`` of the product groups this thread's warpgroup committed last are still running:
+// the others' sums are in its registers, their tiles free.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(pending) : "memory");
+}
 // Shared memory written by this thread's generic stores or copies, made visible to wgmma's (async proxy) reads.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // D (64 x 128, float32) = A B (+ D where ``accumulate``) for a warpgroup, A and B K-major TF32 tiles of 8 k. Lane
@@ -2439,6 +2444,7 @@ def _wgmma_kernel(
     else:
         where = f"const int64_t batch = blockIdx.z;\n    const int first = 0, last = {steps};"
     b_fetch, b_setup, b_steps = "", f"const float* const b_tiles = {b};", ""
+    first_b = "\n    gather(first);\n    put_b(first);" if gather else ""
     if gather is None:
         b_fetch = """
                 cp_async4(to_b + q, from_b + q, true, true);"""
@@ -2487,25 +2493,91 @@ def _wgmma_kernel(
         }}
         fence_async_smem();  // for the products' reads, after the barrier that follows
     }};"""
-    first_b = "\n    gather(first);\n    put_b(first);" if gather else ""
-    ahead = "\n        gather(step + 1);  // its loads in flight while the products run" if gather else ""
-    after = (
-        "\n        put_b(step + 1);  // its buffer's products (step - 2) are done: a barrier has passed since"
-        if gather
-        else ""
-    )
     sums = "acc[j * 4 + e] + held[j * 4 + e]" if split else "acc[j * 4 + e]"
     # a descriptor's core matrices: the next 4 k a tile's 128 rows on (2048 bytes), the next 8 rows 128 bytes on
     descs = "const uint64_t {0} = wgmma_desc({1} + h * {2}, {3}, 128);".format
-    held = (
-        f"""
+
+    def products(s: str, part: str) -> str:
+        """Step ``s``'s 12 products into ``part``, issued and committed as a group."""
+        return f"""
+        {{
+            const float* const ta = as + {s} % {STAGES} * {tile} + group * 64 * 4;
+            const float* const tb = bs + {s} % {STAGES} * {tile};
+            wgmma_fence();
+#pragma unroll
+            for (int h = 0; h < {STAGE_K // 8}; ++h) {{
+                {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
+                {descs("a_small", f"ta + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
+                {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
+                {descs("b_small", f"tb + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
+                wgmma_tf32({part}, a_small, b_big, h > 0);
+                wgmma_tf32({part}, a_big, b_small, 1);
+            }}
+            // The big products last: the small terms' sums are 2^-11 of theirs (``_tf32x3_steps``)
+#pragma unroll
+            for (int h = 0; h < {STAGE_K // 8}; ++h) {{
+                {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
+                {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
+                wgmma_tf32({part}, a_big, b_big, 1);
+            }}
+            wgmma_commit();
+        }}"""
+
+    def gathered(s: str) -> tuple[str, str]:
+        """A gathered B's loads of the step after ``s`` (in flight while its products run), and their stores."""
+        if gather is None:
+            return "", ""
+        return (
+            f"\n        gather({s} + 1);",
+            f"\n        put_b({s} + 1);  // its buffer's products (two steps back) are done: a barrier passed since",
+        )
+
+    add = "\n#pragma unroll\n        for (int i = 0; i < 64; ++i) acc[i] += {0}[i];".format
+    if split:  # one step's products at a time: ``held`` leaves no registers for a second step's sums
+        ahead, after = gathered("step")
+        loop = f"""
+#pragma unroll
+    for (int step = first; step < first + {STAGES - 1}; ++step) fetch(step);{first_b}
+    for (int step = first; step < last; ++step) {{
+        cp_async_wait<{STAGES - 2}>();  // this thread's copies of this step have landed
+        // everyone's have, and every product of the step before (whose buffer is refilled next) is done
+        __syncthreads();
+        fence_async_smem();
+        fetch(step + {STAGES - 1});{products("step", "part")}{ahead}
+        wgmma_wait<0>();{add("part")}
         if ((step - first) % {HELD_STEPS} == {HELD_STEPS - 1}) {{  // the sums so far join the held ones
 #pragma unroll
             for (int i = 0; i < 64; ++i) {{ held[i] += acc[i]; acc[i] = 0.0f; }}
-        }}"""
-        if split
-        else ""
-    )
+        }}{after}
+    }}"""
+    else:
+        # Two steps an iteration: the second's products are issued before the first's sums are read, so they run
+        # while the thread adds those; both are done before the next iteration (ptxas serializes every wgmma of a
+        # loop where a product group is still running at its end). ``part``, ``prior``: each step's own sums.
+        def half(s: str, part: str) -> str:
+            ahead, after = gathered(s)
+            return f"""
+        cp_async_wait<0>();  // this thread's copies of the step have landed
+        // everyone's have (and staged its B), and the products of the steps before, whose buffers are refilled
+        // next, are done
+        __syncthreads();
+        fence_async_smem();
+        fetch({s} + 1);{products(s, part)}{ahead}{after}"""
+
+        loop = f"""
+    fetch(first);{first_b}
+    for (int step = first; step < last; step += 2) {{
+        const bool two = step + 1 < last;{half("step", "part")}
+        if (two) {{
+            const int next = step + 1;{textwrap.indent(half("next", "prior"), "    ")}
+            wgmma_wait<1>();  // the first step's products are done, the second's run on
+        }} else {{
+            wgmma_wait<0>();
+        }}{add("part")}
+        if (two) {{
+            wgmma_wait<0>();{add("prior")}
+        }}
+    }}"""
     return f"""
 __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     extern __shared__ __align__(128) float tile_smem[];
@@ -2516,7 +2588,7 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     const float* const a_tiles = {a_tiles};
     {b_setup}
     const int group = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    float acc[64], part[64]{", held[64]" if split else ""};
+    float acc[64], part[64], {"held" if split else "prior"}[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = {"held[i] = " if split else ""}0.0f;
     auto fetch = [&](int step) {{
@@ -2530,39 +2602,7 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
             }}
         }}
         cp_async_commit();  // a group every step, empty past K: the wait below counts groups
-    }};{b_steps}
-#pragma unroll
-    for (int step = first; step < first + {STAGES - 1}; ++step) fetch(step);{first_b}
-    for (int step = first; step < last; ++step) {{
-        cp_async_wait<{STAGES - 2}>();  // this thread's copies of this step have landed
-        // everyone's have, and every product of the step before (whose buffer is refilled next) is done
-        __syncthreads();
-        fence_async_smem();
-        fetch(step + {STAGES - 1});
-        const float* const ta = as + step % {STAGES} * {tile} + group * 64 * 4;
-        const float* const tb = bs + step % {STAGES} * {tile};
-        wgmma_fence();
-#pragma unroll
-        for (int h = 0; h < {STAGE_K // 8}; ++h) {{
-            {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
-            {descs("a_small", f"ta + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
-            {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
-            {descs("b_small", f"tb + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
-            wgmma_tf32(part, a_small, b_big, h > 0);
-            wgmma_tf32(part, a_big, b_small, 1);
-        }}
-        // The big products last: the small terms' sums are 2^-11 of theirs (``_tf32x3_steps``)
-#pragma unroll
-        for (int h = 0; h < {STAGE_K // 8}; ++h) {{
-            {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
-            {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
-            wgmma_tf32(part, a_big, b_big, 1);
-        }}
-        wgmma_commit();{ahead}
-        wgmma_wait();
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] += part[i];{held}{after}
-    }}
+    }};{b_steps}{loop}
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll

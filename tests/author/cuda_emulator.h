@@ -224,7 +224,7 @@ void cp_async_wait() {
 
 // wgmma (the emitted CUDA_WGMMA_PRELUDE's): a descriptor names a K-major tile of this thread's table (its address,
 // the bytes between core matrices along K and along M or N), and a product is only queued when issued: it reads
-// the tiles and writes the thread's sums when the thread waits for it (wgmma_wait), so code that refills a tile,
+// the tiles and writes the thread's sums when the thread waits for its group (wgmma_wait), so code that refills a tile,
 // or reads its sums, before waiting computes with what is there then, as it may on a GPU. Each thread of a
 // warpgroup computes its own 64 sums (warp w, lane 4 g + t: rows 16 w + g and 16 w + g + 8, columns 8 j + 2 t and
 // 8 j + 2 t + 1 at d[4 j ...]) over 8 k, its operands read as TF32 and the sum rounded toward zero as mma_tf32's.
@@ -244,7 +244,8 @@ struct EmuWgmma {
     bool accumulate;
 };
 inline thread_local std::vector<EmuTile> emu_tiles;
-inline thread_local std::vector<EmuWgmma> emu_wgmma_open, emu_wgmma_committed;
+inline thread_local std::vector<EmuWgmma> emu_wgmma_open;
+inline thread_local std::vector<std::vector<EmuWgmma>> emu_wgmma_committed;  // groups, oldest first
 inline uint64_t wgmma_desc(const float* p, uint32_t lbo, uint32_t sbo) {
     emu_tiles.push_back({p, lbo, sbo});
     return emu_tiles.size() - 1;
@@ -255,24 +256,28 @@ inline void wgmma_tf32(float* d, uint64_t a, uint64_t b, int accumulate) {
 inline void wgmma_fence() {}
 inline void fence_async_smem() {}
 inline void wgmma_commit() {
-    emu_wgmma_committed.insert(emu_wgmma_committed.end(), emu_wgmma_open.begin(), emu_wgmma_open.end());
+    emu_wgmma_committed.push_back(std::move(emu_wgmma_open));
     emu_wgmma_open.clear();
 }
+// Runs the groups committed before the last ``pending`` (in order), as they would have finished by now.
+template <int pending>
 inline void wgmma_wait() {
     const unsigned warp = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    for (const EmuWgmma& w : emu_wgmma_committed) {
-        const EmuTile &a = emu_tiles[w.a], &b = emu_tiles[w.b];
-        for (unsigned j = 0; j < 16; ++j)
-            for (unsigned e = 0; e < 4; ++e) {
-                const unsigned row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
-                double sum = w.accumulate ? w.d[4 * j + e] : 0.0;
-                for (unsigned k = 0; k < 8; ++k)
-                    sum += (double)emu_tf32_operand(a(row, k)) * emu_tf32_operand(b(col, k));
-                w.d[4 * j + e] = emu_toward_zero(sum);
-            }
-    }
-    emu_wgmma_committed.clear();
-    emu_tiles.clear();
+    const size_t done = emu_wgmma_committed.size() > pending ? emu_wgmma_committed.size() - pending : 0;
+    for (size_t i = 0; i < done; ++i)
+        for (const EmuWgmma& w : emu_wgmma_committed[i]) {
+            const EmuTile &a = emu_tiles[w.a], &b = emu_tiles[w.b];
+            for (unsigned j = 0; j < 16; ++j)
+                for (unsigned e = 0; e < 4; ++e) {
+                    const unsigned row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
+                    double sum = w.accumulate ? w.d[4 * j + e] : 0.0;
+                    for (unsigned k = 0; k < 8; ++k)
+                        sum += (double)emu_tf32_operand(a(row, k)) * emu_tf32_operand(b(col, k));
+                    w.d[4 * j + e] = emu_toward_zero(sum);
+                }
+        }
+    emu_wgmma_committed.erase(emu_wgmma_committed.begin(), emu_wgmma_committed.begin() + done);
+    if (emu_wgmma_committed.empty() && emu_wgmma_open.empty()) emu_tiles.clear();  // no descriptor is named now
 }
 
 // ldmatrix .x4 (the CUDA_MMA16_PRELUDE's): lane 8 q + i gives the address of row i of matrix q (8 16-bit values);
