@@ -2425,17 +2425,18 @@ def _wgmma_kernel(
     parts: int,
     a_tiles: str,
     b: str | WgmmaGather,
-    put: str,
+    put: Callable[[str], str],
 ) -> str:
     """The product kernel of ``_cuda_gemm_wgmma`` and ``_conv_wgmma``: C (``dims``: m x n, and K) in 128x128
     tiles, a block each (and each part of K: ``wgmma_k_parts``). ``a_tiles`` (and ``b`` where it is one too) is the
-    block's first split tile, as ``_wgmma_splitter`` lays them out; ``put`` stores ``sums`` at ``row``, ``col`` of
-    ``batch``. A gathered B (``WgmmaGather``) is loaded into registers a step ahead, while the step's products run,
-    then split and stored as the splitter would have laid it out (generic stores, fenced for wgmma's reads)."""
+    block's first split tile, as ``_wgmma_splitter`` lays them out; ``put`` gives the statement storing a value at
+    ``row``, ``col`` of ``batch``. A gathered B (``WgmmaGather``) is loaded into registers a step ahead, while the
+    step's products run, then split and stored as the splitter would have laid it out (generic stores, fenced for
+    wgmma's reads)."""
     m, n, depth = dims
     rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
     steps = -(-depth // STAGE_K)
-    split = depth >= SPLIT_SUMS_K
+    held_sums = depth >= SPLIT_SUMS_K
     gather = b if isinstance(b, WgmmaGather) else None
     if parts > 1:  # this block's part of K
         per_part = -(-steps // parts)
@@ -2473,7 +2474,7 @@ def _wgmma_kernel(
                 const int64_t k = k_next + kh + i;
                 gb[i] = 0.0f;
                 if (col_in && k < {depth}LL) {{{located}
-                    if ({gather.exists or "true"}) gb[i] = {gather.element};
+                    if ({gather.exists}) gb[i] = {gather.element};
                 }}
             }}
         }}
@@ -2493,7 +2494,7 @@ def _wgmma_kernel(
         }}
         fence_async_smem();  // for the products' reads, after the barrier that follows
     }};"""
-    sums = "acc[j * 4 + e] + held[j * 4 + e]" if split else "acc[j * 4 + e]"
+    sums = "acc[j * 4 + e] + held[j * 4 + e]" if held_sums else "acc[j * 4 + e]"
     # a descriptor's core matrices: the next 4 k a tile's 128 rows on (2048 bytes), the next 8 rows 128 bytes on
     descs = "const uint64_t {0} = wgmma_desc({1} + h * {2}, {3}, 128);".format
 
@@ -2533,7 +2534,7 @@ def _wgmma_kernel(
         )
 
     add = "\n#pragma unroll\n        for (int i = 0; i < 64; ++i) acc[i] += {0}[i];".format
-    if split:  # one step's products at a time: ``held`` leaves no registers for a second step's sums
+    if held_sums:  # one step's products at a time: ``held`` leaves no registers for a second step's sums
         ahead, after = gathered("step")
         loop = f"""
 #pragma unroll
@@ -2588,9 +2589,9 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     const float* const a_tiles = {a_tiles};
     {b_setup}
     const int group = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    float acc[64], part[64], {"held" if split else "prior"}[64];
+    float acc[64], part[64], {"held" if held_sums else "prior"}[64];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = {"held[i] = " if split else ""}0.0f;
+    for (int i = 0; i < 64; ++i) acc[i] = {"held[i] = " if held_sums else ""}0.0f;
     auto fetch = [&](int step) {{
         if (step < last) {{
             const float* const from_a = a_tiles + (int64_t)step * {tile};
@@ -2608,7 +2609,7 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
 #pragma unroll
         for (int e = 0; e < 4; ++e) {{
             const int64_t row = row0 + group * 64 + warp * 16 + g + 8 * (e / 2), col = col0 + j * 8 + 2 * t + e % 2;
-            if (row < {m}LL && col < {n}LL) {{ {put.replace("{sums}", sums)} }}
+            if (row < {m}LL && col < {n}LL) {{ {put(sums)} }}
         }}
 }}
 """
@@ -2627,7 +2628,7 @@ def _cuda_gemm_wgmma(g: GemmKernel) -> str:
     once into its big and small TF32 parts (a kernel each, read through its strides, zeros past its edges), laid
     out as the product reads them: per 128 rows (A) or columns (B) and K step of 32, the big tile then the small,
     each [k / 4][128][4] (core matrices of 8 rows by 4 k, 16 bytes a row). A step's four tiles are then one
-    contiguous copy each into shared memory, by 16-byte asynchronous copies, ``STAGES`` steps in flight.
+    contiguous copy each into shared memory, by 16-byte asynchronous copies ahead of the step (``_wgmma_kernel``).
     A block's two warpgroups compute 64 rows each of a 128x128 tile of C. Each K step's 12 products are summed on
     tensor cores from zero (small terms first, as ``_tf32x3_steps``) and added to the float32 sums on the FMA units,
     in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time).
@@ -2639,12 +2640,11 @@ def _cuda_gemm_wgmma(g: GemmKernel) -> str:
     steps, m_tiles, n_tiles = -(-g.k // STAGE_K), -(-g.m // rows), -(-g.n // rows)
     split_a, split_b = wgmma_splits(g)
     parts, outputs = wgmma_k_parts(g), g.batch * g.m * g.n
-    if parts > 1:  # each part's sums stored for the last kernel
-        put = (
-            f"{wgmma_parts_buffer(g)}[(k_part * {outputs}LL + batch * {g.m * g.n}LL) + row * {g.n}LL + col] = {{sums}};"
-        )
-    else:
-        put = _gemm_put(g, "{sums}")
+    at = f"(k_part * {outputs}LL + batch * {g.m * g.n}LL) + row * {g.n}LL + col"
+
+    def put(value: str) -> str:  # where K has parts, each part's sums stored for the last kernel
+        return f"{wgmma_parts_buffer(g)}[{at}] = {value};" if parts > 1 else _gemm_put(g, value)
+
     adder = (
         f"""
 // the parts' sums of each output, added in order, then stored
@@ -2675,7 +2675,7 @@ __global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
     return f"""{_wgmma_splitter(g.name, "a", ("row", g.m, s["sab"]), g.k, a_element)}
 {_wgmma_splitter(g.name, "b", ("col", g.n, s["sbb"]), g.k, b_element)}{adder}
 // {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3xTF32), K steps of
-// {STAGE_K}, {STAGES} in flight.{kernel}
+// {STAGE_K}.{kernel}
 extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
     {_wgmma_split_launch(g.name, "a", g.a.buffer, split_a, a_floats)}
     {_wgmma_split_launch(g.name, "b", g.b.buffer, split_b, b_floats)}
@@ -3226,21 +3226,21 @@ def _conv_wgmma(
     split_at: int,
     gather: WgmmaGather,
     put: Callable[[str], str],
+    cols: int,
 ) -> str:
     """``_implicit_product``'s product on wgmma (``_wgmma_kernel``): per group, the weights (output channels x K)
     split beforehand as ``_cuda_gemm_wgmma`` splits A, into ``conv_wgmma_split`` from ``split_at`` on, times the
     input gathered by the product's own threads (``gather``: nothing is materialized). K runs tap-major where a
     group's input channels come in whole K steps (``tap_major``: a step's tap and padding found once), the weights
-    reordered so by their split; else channel-major, as the module holds them."""
+    reordered so by their split; else channel-major, as the module holds them. ``cols``: the product's columns
+    (every image's output positions, or a phase's); ``put`` stores a value at ``row``, ``col`` of group ``batch``."""
     a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
     groups = a["groups"]
     cin_g, cout_g = xs[1] // groups, out[1] // groups
     residues, tap_counts = _phase_taps(k, phase)
     phase_taps = math.prod(tap_counts)
     depth = cin_g * phase_taps
-    firsts, strides = (phase, a["stride"]) if phase is not None else ((0,) * len(tap_counts), (1,) * len(tap_counts))
-    # the product's columns: each image's output positions (a phase's: o = f + s p along each dim)
-    cols = out[0] * math.prod(-(-(n - f) // s) for n, f, s in zip(out[2:], firsts, strides, strict=True))
+    strides = a["stride"] if phase is not None else (1,) * len(tap_counts)  # a tap t = r + s m (phases: s strides)
     by_tap = tap_major(k)
     # the weight at (row = output channel in the group, k): its channel c and tap t = r + s m (m: the phase's digits)
     located = [
@@ -3265,12 +3265,12 @@ def _conv_wgmma(
     splitter = _wgmma_splitter(
         name, "a", ("row", cout_g, 0), depth, f"pa[{w_at}]", "".join(f"\n                {x}" for x in located)
     )
-    kernel = _wgmma_kernel(name, _conv_params(k), (cout_g, cols, depth), 1, a_tiles, gather, put("{sums}"))
+    kernel = _wgmma_kernel(name, _conv_params(k), (cout_g, cols, depth), 1, a_tiles, gather, put)
     what = k.describe() + ("" if phase is None else f"; the phase of outputs from {list(phase)}")
     order = "tap" if by_tap else "channel"
     return f"""{splitter}
 // {what}: per group, its weights times the input at each output position's taps (K {order}-major), 128x128
-// tiles on wgmma (3xTF32), K steps of {STAGE_K}, {STAGES} in flight.{kernel}
+// tiles on wgmma (3xTF32), K steps of {STAGE_K}.{kernel}
 extern "C" void {name}({_launcher_params(k, "cuda")}) {{
     {_wgmma_split_launch(name, "a", k.w, split, m_tiles * steps * tile * groups)}
     {_wgmma_launch(name, ", ".join(_kernel_buffers(k, [])), (n_tiles, m_tiles, groups))}
@@ -3374,7 +3374,9 @@ def _implicit_product(
             if by_tap
             else WgmmaGather(setup, (), located, exists, element)
         )
-        return _conv_wgmma(k, name, phase, split_at, b_gather, lambda value: _put(k, y_at, tuple(y_coords), value))
+        return _conv_wgmma(
+            k, name, phase, split_at, b_gather, lambda value: _put(k, y_at, tuple(y_coords), value), out[0] * positions
+        )
     # A: the weights at (row = output channel in the group, k), channel-major as the module holds them
     w_located: list[str] = []
     if phase is not None:  # [in, out / groups, *taps] at the phase's taps
