@@ -764,6 +764,10 @@ def _row_body(
         start, first_group, bound = f"seg0 + {start}", "seg0 + (int64_t)threadIdx.x * 4", "seg_end"
         row_guard = row_guard.replace("if (", "if (seg == 0 && ")
     loop = f"for (int64_t r = {start}; r < {bound}; r += {step})"
+    if layout == "tile":
+        # A tile's warp loads one line (32 neighbouring rows' elements) an element: unrolled, a thread's next
+        # elements' loads are in flight together (a column max over 8 GB: 3.70 ms rolled, 2.95 unrolled 8, H100).
+        loop = f"#pragma unroll {TILE_UNROLL}\n{loop}"
     cached: dict[str, str] = {}
     threads = 32 if layout == "warp" else block
     caching = (layout == "block" and cache != "none") or (layout == "warp" and cache == "regs")
@@ -1392,6 +1396,10 @@ SEGMENT_BYTES = 48 * 1024
 # at least this many SMs; an H100 has 132). Rows longer than SEGMENTS_MAX segments are longer than the GPU's memory
 # on chip, or near it (a BatchNorm's channel over a whole batch).
 SEGMENTS_MAX = 128
+
+
+# Elements of its rows a tile's thread loads together (``_row_body``).
+TILE_UNROLL = 8
 
 
 def split_rows(kernel: RowKernel, variant: Variant) -> int:
