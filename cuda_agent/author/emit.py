@@ -766,7 +766,8 @@ def _row_body(
     loop = f"for (int64_t r = {start}; r < {bound}; r += {step})"
     if layout == "tile":
         # A tile's warp loads one line (32 neighbouring rows' elements) an element: unrolled, a thread's next
-        # elements' loads are in flight together (a column max over 8 GB: 3.70 ms rolled, 2.95 unrolled 8, H100).
+        # elements' loads are in flight together (a column max over 8 GB on an H100: 3.70 ms rolled, 2.95
+        # unrolled 8; scripts/probe_memory_bound.cu).
         loop = f"#pragma unroll {TILE_UNROLL}\n{loop}"
     cached: dict[str, str] = {}
     threads = 32 if layout == "warp" else block
