@@ -35,11 +35,13 @@ from cuda_agent.author.plan import (
     RecurrenceKernel,
     RowKernel,
     Scope,
+    Window,
     c_literal,
     contiguous_strides,
     fuse_epilogues,
     linear_index,
     plan_graph,
+    window_tap,
 )
 from cuda_agent.contracts.candidate import KERNELS_DIR, MODEL_NEW_FILE, CandidateForm, CandidateSource
 
@@ -1564,9 +1566,10 @@ __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
     vec_launch = ""
     if _vectorizable(kernel, variant):
         text += _cuda_vec4(kernel, params, block)
+        quads_read = {w.buffer: w.src for w in _quad_windows(kernel).values()}
         aligned = " && ".join(
             f"((uintptr_t){b} % sizeof(Quad<{n.storage}>) == 0)"
-            for b, n in [*kernel.out_scope.identity_loads.items(), *kernel.writes.items()]
+            for b, n in {**kernel.out_scope.identity_loads, **quads_read, **kernel.writes}.items()
         )
         quads = kernel.outer // 4
         vec_launch = (
@@ -1598,6 +1601,8 @@ def _cuda_vec4(kernel: RowKernel, params: str, block: int) -> str:
     # channel statistics, its reciprocal square root) is common to the lanes and compiled once.
     at = "(int)(q)" if kernel.outer < 2**31 else "q"  # in 32 bits where it fits, as _coords divides
     shared = _coords(outer[:-1], kernel.shape, f"({at} / {last // 4})") if last % 4 == 0 else []
+    windows = _quad_windows(kernel)
+    computed = [line for var, w in windows.items() for line in _quad_window(w, var, f"({at} % {last // 4})")]
     lane_lines = []
     for lane in range(4):
         body = [f"const int64_t o = q * 4 + {lane};"]
@@ -1606,14 +1611,20 @@ def _cuda_vec4(kernel: RowKernel, params: str, block: int) -> str:
         else:
             body += _coords(outer, kernel.shape, "o")
         body += [f"const {n.ctype} ld_{b} = {loaded(n, f'v_{b}.v[{lane}]')};" for b, n in scope.identity_loads.items()]
-        body += scope.stmts
+        # A window computed for the quad gives the lane its value (and count) in place of its statements.
+        end = 0
+        for var, w in windows.items():
+            body += [*scope.stmts[end : w.begin], f"const {w.ctype} {var} = {var}_l[{lane}];"]
+            body += [f"const int64_t n_{var} = n_{var}_l[{lane}];"] if w.counted else []
+            end = w.end
+        body += scope.stmts[end:]
         body += [stored(kernel.writes[b], f"w_{b}.v[{lane}]", v) for b, v in kernel.full_outputs]
         lane_lines.append("{\n" + _indent(body, 4) + "\n}")
     quad = {b: f"Quad<{n.storage}>" for b, n in [*scope.identity_loads.items(), *kernel.writes.items()]}
     loads = [f"const {quad[b]} v_{b} = reinterpret_cast<const {quad[b]}*>({b})[q];" for b in scope.identity_loads]
     decl = [f"{quad[b]} w_{b};" for b in kernel.writes]
     stores = [f"reinterpret_cast<{quad[b]}*>({b})[q] = w_{b};" for b in kernel.writes]
-    body = shared + loads + decl + lane_lines + stores
+    body = shared + loads + decl + computed + lane_lines + stores
     quads = kernel.outer // 4
     return f"""
 __global__ void __launch_bounds__({block}) {kernel.name}_vec4({params}) {{
@@ -1622,6 +1633,66 @@ __global__ void __launch_bounds__({block}) {kernel.name}_vec4({params}) {{
     }}
 }}
 """
+
+
+def _quad_windows(kernel: RowKernel) -> dict[str, Window]:
+    """The pooling windows ``_cuda_vec4`` computes for a quad's 4 lanes at once: along the input's last dim at the
+    kernel's own last coordinate (the lanes' windows a stride apart), their other coordinates the lanes' shared
+    ones, over rows of whole float quads (each quad of the input wholly inside or outside its row)."""
+    rank = len(kernel.shape)
+    if not kernel.shape or kernel.shape[-1] % 4:
+        return {}
+    shared = {f"i{d}" for d in range(rank - 1)}
+    return {
+        var: w
+        for var, w in kernel.out_scope.windows.items()
+        if w.coords[-1] == f"i{rank - 1}"
+        and set(_WORD.findall(" ".join(w.coords[:-1]))) <= shared
+        and w.src.storage == "float"
+        and w.src.shape[-1] % 4 == 0
+    }
+
+
+def _quad_window(w: Window, var: str, m: str) -> list[str]:
+    """Window ``var`` for the 4 lanes of quad ``m`` of the output's row (lane j's column 4m + j) at once, into
+    per-lane values ``<var>_l`` (and counts ``n_<var>_l``): each lane's loads of its taps along the last dim 4
+    bytes at a time were as many instructions as taps, while the lanes' windows, a stride apart, overlap in
+    16-byte quads of the row that each lane's taps take from registers. Lane 0's first tap, at column
+    4m * stride - pad, lies (-pad mod 4) past the start of a quad: which element of which quad every tap is, is
+    known here. A quad lies wholly inside the row or outside it, so its test stands for its taps' tests."""
+    t, n = w.ctype, w.src.shape[-1]
+    first = len(w.src.shape) - len(w.kernel)
+    k, stride, pad, dilation = w.kernel[-1], w.stride[-1], w.pad[-1], w.dilation[-1]
+    off = -pad % 4
+    taps: dict[int, list[tuple[int, int]]] = {}  # quad -> (lane, element) of its taps, each lane's in order
+    for lane in range(4):
+        for a in range(k):
+            e = off + lane * stride + a * dilation
+            taps.setdefault(e // 4, []).append((lane, e % 4))
+    outer = range(len(w.kernel) - 1)
+    row = linear_index(w.src.shape, (*w.coords[:first], *(f"h{j}_{var}" for j in outer), "0"))
+    staged = [
+        f"const Quad<float>* r_{var} = reinterpret_cast<const Quad<float>*>({w.buffer} + {row});",
+        f"const int64_t q_{var} = {m} * {stride}LL - {(pad + off) // 4}LL;",  # the quad holding lane 0's first tap
+    ]
+    for quad, at in sorted(taps.items()):
+        index = f"q_{var} + {quad}LL" if quad else f"q_{var}"
+        staged += [f"if ({index} >= 0 && {index} < {n // 4}LL) {{", f"const Quad<float> s_{var} = r_{var}[{index}];"]
+        for lane, e in at:
+            acc = f"{var}_l[{lane}]"
+            staged.append(f"{acc} = {w.combine.format(a=acc, v=f's_{var}.v[{e}]')};")
+            staged += [f"++n_{var}_l[{lane}];"] if w.counted else []
+        staged.append("}")
+    lines = [f"{t} {var}_l[4] = {{{', '.join([f'({t})({w.identity})'] * 4)}}};"]
+    lines += [f"int64_t n_{var}_l[4] = {{0, 0, 0, 0}};"] if w.counted else []
+    inside = []
+    for j in outer:
+        d = first + j
+        loop, test = window_tap(var, j, w.coords[d], w.src.shape[d], w.kernel[j], w.stride[j], w.pad[j], w.dilation[j])
+        lines += loop
+        inside.append(test)
+    lines += [f"if ({' && '.join(inside)}) {{", *staged, "}"] if inside else staged
+    return lines + ["}"] * len(outer)
 
 
 def _cpu_row(kernel: RowKernel, variant: Variant) -> str:

@@ -215,6 +215,38 @@ class Scope:
     stmts: list[str] = field(default_factory=list)
     memo: dict[tuple[int, Coords], str] = field(default_factory=dict)
     identity_loads: dict[str, Node] = field(default_factory=dict)  # buffer -> node read at the kernel's own index
+    windows: dict[str, Window] = field(default_factory=dict)  # a fixed pooling window's value -> its loop nest
+
+
+@dataclass
+class Window:
+    """A fixed (not adaptive) pooling window computed by ``Scope.stmts[begin:end]``: what emit.py needs to compute
+    it for 4 neighbouring outputs at once instead (their taps along the last dim loaded as shared 16-byte quads)."""
+
+    begin: int
+    end: int
+    buffer: str
+    src: Node  # the input, of the window's rank, its spatial dims last
+    coords: Coords  # the output element's
+    kernel: tuple[int, ...]  # kernel, stride, pad and dilation per spatial dim
+    stride: tuple[int, ...]
+    pad: tuple[int, ...]
+    dilation: tuple[int, ...]
+    ctype: str
+    identity: str
+    combine: str  # of the running value {a} and a tap's {v}
+    counted: bool  # the taps inside the input counted in n_<value> (avg_pool's count_include_pad=False)
+
+
+def window_tap(
+    var: str, j: int, coord: str, n: int, k: int, stride: int, pad: int, dilation: int
+) -> tuple[list[str], str]:
+    """The loop over the taps of window ``var`` along its spatial dim ``j`` (of ``k`` taps, at output coordinate
+    ``coord`` of an input of ``n``) opened, and its tap's test of lying within the input."""
+    a, h = f"a{j}_{var}", f"h{j}_{var}"
+    start = f"({coord} * {stride}LL - {pad}LL)"
+    loop = [f"for (int64_t {a} = 0; {a} < {k}; ++{a}) {{", f"const int64_t {h} = {start} + {a} * {dilation}LL;"]
+    return loop, f"{h} >= 0 && {h} < {n}LL"
 
 
 @dataclass
@@ -820,11 +852,9 @@ class Planner:
                 continue
             k, stride, pad, dilation = a["kernel"][j], a["stride"][j], a["pad"][j], a["dilation"][j]
             start = f"({c} * {stride}LL - {pad}LL)"
-            lines += [
-                f"for (int64_t a{j}_{var} = 0; a{j}_{var} < {k}; ++a{j}_{var}) {{",
-                f"const int64_t {h} = {start} + a{j}_{var} * {dilation}LL;",
-            ]
-            inside.append(f"{h} >= 0 && {h} < {n}LL")
+            loop, test = window_tap(var, j, c, n, k, stride, pad, dilation)
+            lines += loop
+            inside.append(test)
             # Windows end at the padded input's edge; only ceil mode makes one reach past it.
             if (m - 1) * stride - pad + k <= n + pad:
                 sizes.append(str(k))
@@ -836,6 +866,12 @@ class Planner:
         # a 3x3 window's loads 3 at a time in flight).
         update = [f"{var} = {combine.format(a=var, v=load)};", *([f"++n_{var};"] if counted else [])]
         lines += [f"if ({' && '.join(inside)}) {{", *update, "}"] if inside else update
+        if not a["adaptive"]:
+            begin = len(scope.stmts)
+            scope.windows[var] = Window(
+                begin, begin + len(lines) + len(taps), buffer, src, coords, tuple(a["kernel"]), tuple(a["stride"]),
+                tuple(a["pad"]), tuple(a["dilation"]), t, identity, combine, counted,
+            )  # fmt: skip
         scope.stmts += [*lines, *("}" * len(taps))]
         if a["reduce"] == "amax":
             return var

@@ -208,3 +208,14 @@ NAN_EXTREMA = problem(
     f"[{_WITH_NAN.format('24, 64')}, torch.randn(24, 64)]",
     args="x, y",
 )
+# Pooling windows of rows of whole quads (16 bytes), their outputs' rows too: max_pool2d padded, a 1-d average of a
+# view counting only the taps inside the input, and a strided, dilated window in ceil mode.
+POOL_WINDOWS = problem(
+    "        pass",
+    "        a = F.max_pool2d(x, 3, stride=2, padding=1)\n"
+    "        b = F.avg_pool1d(x.view(2, 36, 16), 4, stride=2, padding=1, count_include_pad=False)\n"
+    "        c = F.max_pool2d(y, 3, stride=(2, 3), padding=1, dilation=(1, 2), ceil_mode=True)\n"
+    "        return a, torch.relu(b) * 2.0 - 1.0, c",
+    "[torch.randn(2, 3, 12, 16), torch.randn(2, 3, 10, 24)]",
+    args="x, y",
+)

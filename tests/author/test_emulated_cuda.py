@@ -130,6 +130,10 @@ SOURCES = {
         "[torch.randn(6, 40), torch.randn(6, 90)]",
         args="x, z",
     ),
+    # pooling windows whose taps along the last dim the vec4 kernel loads as quads shared by its 4 lanes: padded
+    # (lane 0's first tap 3 elements into a quad), a 1-d average of a view counting the taps inside the input and
+    # followed by more arithmetic, a stride of 3 and a dilation of 2 in ceil mode
+    "pool_windows": problems.POOL_WINDOWS,
 }
 
 
@@ -395,6 +399,21 @@ def test_16_bit_products_without_16_byte_groups_keep_the_wmma_kernel() -> None:
     mma = [v for v in variants(plan, "cuda") if v.gemm == "mma"]
     text = emit.emit_source(variant_plan(plan, "cuda", mma[0]), "cuda", mma[0])
     assert "wmma::mma_sync" in text and "ldmatrix" not in text
+
+
+def test_fixed_pooling_windows_load_quads_in_the_vec4_kernel() -> None:
+    def vec4_kernels(source: str) -> str:
+        plan = plan_graph(capture_problem(source))
+        variant = next(v for v in variants(plan, "cuda") if v.vec == 4)
+        text = emit.emit_source(variant_plan(plan, "cuda", variant), "cuda", variant)
+        return "".join(part.split("extern")[0] for part in text.split("_vec4(")[1:])
+
+    assert vec4_kernels(problems.POOL_WINDOWS).count("const Quad<float> s_w") >= 3
+    adaptive = problems.problem(
+        "        pass", "        return F.adaptive_max_pool2d(x, (4, 8))", "[torch.randn(2, 3, 12, 16)]"
+    )
+    text = vec4_kernels(adaptive)
+    assert "reinterpret_cast<Quad<float>*>(out0)" in text and "const Quad<float> s_" not in text
 
 
 # Our convolutions (the problems have no bias: a convolution alone runs on our kernels), every geometry the
