@@ -16,6 +16,9 @@ __device__ __forceinline__ int32_t float_bits(float v) { return (int32_t)__float
 template <typename T, typename U> __device__ __forceinline__ auto max_nan(T a, U b) -> decltype(a + b) { return (a > b || a != a) ? a : b; }
 
 // ---------- A: column max, R x C -> C
+__device__ __forceinline__ void max4(float4& a, float4 v) {
+  a.x = max_nan(a.x, v.x); a.y = max_nan(a.y, v.y); a.z = max_nan(a.z, v.z); a.w = max_nan(a.w, v.w);
+}
 const int64_t AR = 16384, AC = 131072;
 __global__ void __launch_bounds__(256) a1(const float* __restrict__ in0, float* __restrict__ out0) {
   for (int64_t o = (int64_t)blockIdx.x * 256 + threadIdx.x; o < AC; o += (int64_t)gridDim.x * 256) {
@@ -32,7 +35,7 @@ __global__ void __launch_bounds__(256) a2(const float* __restrict__ in0, float* 
   #pragma unroll 4
   for (int64_t r = 0; r < AR; r += 1) {
     float4 v = reinterpret_cast<const float4*>(in0 + r * AC)[q];
-    acc.x = max_nan(acc.x, v.x); acc.y = max_nan(acc.y, v.y); acc.z = max_nan(acc.z, v.z); acc.w = max_nan(acc.w, v.w);
+    max4(acc, v);
   }
   reinterpret_cast<float4*>(out0)[q] = acc;
 }
@@ -47,13 +50,13 @@ __global__ void __launch_bounds__(WARPS * 32) a3(const float* __restrict__ in0, 
   #pragma unroll UNROLL
   for (int64_t r = warp * per; r < (warp + 1) * per; r += 1) {
     float4 v = reinterpret_cast<const float4*>(in0 + r * AC)[q];
-    acc.x = max_nan(acc.x, v.x); acc.y = max_nan(acc.y, v.y); acc.z = max_nan(acc.z, v.z); acc.w = max_nan(acc.w, v.w);
+    max4(acc, v);
   }
   part[warp][lane] = acc;
   __syncthreads();
   if (warp == 0) {
     for (int w = 1; w < WARPS; ++w) { float4 v = part[w][lane];
-      acc.x = max_nan(acc.x, v.x); acc.y = max_nan(acc.y, v.y); acc.z = max_nan(acc.z, v.z); acc.w = max_nan(acc.w, v.w); }
+      max4(acc, v); }
     reinterpret_cast<float4*>(out0)[q] = acc;
   }
 }

@@ -1565,8 +1565,9 @@ __global__ void __launch_bounds__({block}) {kernel.name}_kernel({params}) {{
         )
     vec_launch = ""
     if _vectorizable(kernel, variant):
-        text += _cuda_vec4(kernel, params, block)
-        quads_read = {w.buffer: w.src for w in _quad_windows(kernel).values()}
+        windows = _quad_windows(kernel)
+        text += _cuda_vec4(kernel, params, block, windows)
+        quads_read = {w.buffer: w.src for w in windows.values()}
         aligned = " && ".join(
             f"((uintptr_t){b} % sizeof(Quad<{n.storage}>) == 0)"
             for b, n in {**kernel.out_scope.identity_loads, **quads_read, **kernel.writes}.items()
@@ -1590,9 +1591,10 @@ extern "C" void {kernel.name}({_launcher_params(kernel, "cuda")}) {{
     return text
 
 
-def _cuda_vec4(kernel: RowKernel, params: str, block: int) -> str:
+def _cuda_vec4(kernel: RowKernel, params: str, block: int, windows: dict[str, Window]) -> str:
     """Elementwise kernel over quads: operands at the kernel's own index move as ``Quad``s (a float4's 16 bytes;
-    an index's 32: a gather's indices and its reads of them all in flight), the rest per element."""
+    an index's 32: a gather's indices and its reads of them all in flight), the rest per element; ``windows``
+    (``_quad_windows``) computed for the quad's lanes at once."""
     scope = kernel.out_scope
     outer = list(range(len(kernel.shape)))
     last = kernel.shape[-1] if kernel.shape else 1
@@ -1601,7 +1603,6 @@ def _cuda_vec4(kernel: RowKernel, params: str, block: int) -> str:
     # channel statistics, its reciprocal square root) is common to the lanes and compiled once.
     at = "(int)(q)" if kernel.outer < 2**31 else "q"  # in 32 bits where it fits, as _coords divides
     shared = _coords(outer[:-1], kernel.shape, f"({at} / {last // 4})") if last % 4 == 0 else []
-    windows = _quad_windows(kernel)
     computed = [line for var, w in windows.items() for line in _quad_window(w, var, f"({at} % {last // 4})")]
     lane_lines = []
     for lane in range(4):
