@@ -70,7 +70,8 @@ class Variant:
     # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy, its float32 operands' K steps copied
     # ahead asynchronously, 16 bytes a copy where they have 16-byte groups, else an element; our implicit
     # convolutions too, their input gathered a copy an element), "wgmma" (the same on Hopper's warpgroup MMA, sm_90a:
-    # our float32 GEMMs and implicit convolutions where they fit it, others as "tf32x3"),
+    # our float32 GEMMs and implicit convolutions where they fit it, others as "tf32x3"), "f16x3" (as "wgmma", our
+    # GEMMs' operands split into float16 parts of their scaled values instead: ``WGMMA_STEP_K``),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile), "mma" (ours on tensor
     # cores through mma.sync, staged by asynchronous copies, for 16-bit products whose operands have 16-byte groups;
     # others as "wmma")
@@ -118,6 +119,22 @@ def _log_add_exp(qualifier: str) -> str:
 template <typename T> {qualifier}T log_add_exp(T a, T b) {{
     if (a == b) return a + (T)0.6931471805599453;
     return (a > b ? a : b) + log1p(exp(-fabs(a - b)));
+}}
+"""
+
+
+def f16_scale_source(qualifier: str) -> str:
+    """f16_scale for a prelude (``qualifier`` as ``_log_add_exp``'s; the emulator's too)."""
+    return f"""\
+// The power of two an operand is scaled by before it is split into float16 parts (the wgmma kernel's f16 form): its
+// largest finite magnitude to [2^14, 2^15), under float16's largest (65504) however it rounds, its smaller values
+// as far above float16's smallest normal (2^-14) as they can be. 1 for an operand of zeros. (Exact: a power of two,
+// as is its reciprocal, which scales the products back.)
+{qualifier}float f16_scale(float largest) {{
+    if (!(largest > 0.0f)) return 1.0f;
+    int e;
+    frexpf(largest, &e);  // largest = f 2^e, f in [0.5, 1)
+    return ldexpf(1.0f, min(15 - e, 126));
 }}
 """
 
@@ -367,9 +384,32 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int pending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory"); }
 """
-# Our float32 products on Hopper's warpgroup MMA (``_cuda_gemm_wgmma``): a warpgroup's m64n128k8 TF32 product of
-# two shared-memory tiles named by descriptors, asynchronous to the issuing threads.
-CUDA_WGMMA_PRELUDE = """
+
+
+# Our float32 products on Hopper's warpgroup MMA (``_cuda_gemm_wgmma``): a warpgroup's m64n128 product of two
+# shared-memory tiles named by descriptors, asynchronous to the issuing threads, of TF32 operands (8 k) or float16
+# ones (16 k: the same 16 bytes a row of a core matrix, so the same tiles and descriptors).
+def _wgmma_product(name: str, instruction: str, immediates: str, what: str) -> str:
+    """A prelude function issuing ``instruction`` (``immediates``: its operands after the accumulate predicate)."""
+    lines = [", ".join(f"%{i}" for i in range(r, r + 16)) for r in range(0, 64, 16)]
+    sums = "\n".join(f'        "{line}{end} "' for line, end in zip(lines, [",", ",", ",", "},"], strict=True))
+    outputs = ",\n          ".join(", ".join(f'"+f"(d[{i}])' for i in range(r, r + 8)) for r in range(0, 64, 8))
+    return f"""// D (64 x 128, float32) = A B (+ D where ``accumulate``) for a warpgroup, A and B K-major {what}. Lane
+// 4 g + t of warp w holds D's rows 16 w + g and 16 w + g + 8, columns 8 j + 2 t and 8 j + 2 t + 1 at d[4 j ...].
+__device__ __forceinline__ void {name}(float* d, uint64_t a, uint64_t b, int accumulate) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %66, 0;\\n"
+        "{instruction} {{"
+{sums}
+        "%64, %65, p, {immediates};\\n}}\\n"
+        : {outputs}
+        : "l"(a), "l"(b), "r"(accumulate));
+}}
+"""
+
+
+CUDA_WGMMA_PRELUDE = (
+    """#include <cuda_fp16.h>
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "wgmma needs sm_90a: a Hopper GPU, built for its arch-specific instructions"
 #endif
@@ -389,28 +429,18 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Shared memory written by this thread's generic stores or copies, made visible to wgmma's (async proxy) reads.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// D (64 x 128, float32) = A B (+ D where ``accumulate``) for a warpgroup, A and B K-major TF32 tiles of 8 k. Lane
-// 4 g + t of warp w holds D's rows 16 w + g and 16 w + g + 8, columns 8 j + 2 t and 8 j + 2 t + 1 at d[4 j ...].
-__device__ __forceinline__ void wgmma_tf32(float* d, uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %66, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1;\\n}\\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b), "r"(accumulate));
-}
 """
+    + _wgmma_product("wgmma_tf32", "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "1, 1", "TF32 tiles of 8 k")
+    # (float16: the operands' scale factors 1, neither transposed: both K-major)
+    + _wgmma_product(
+        "wgmma_f16", "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "1, 1, 0, 0", "float16 tiles of 16 k"
+    )
+    + """// A float as float16 bits (nearest, ties to even), and back: the f16 form's parts of a scaled operand.
+__device__ __forceinline__ uint32_t f16_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
+__device__ __forceinline__ float f16_value(uint32_t bits) { return __half2float(__ushort_as_half((uint16_t)bits)); }
+"""
+    + f16_scale_source("__device__ __forceinline__ ")
+)
 # Our 16-bit products' tensor-core step (``_cuda_gemm_mma16``): operands as their bits (bfloat16 and float16 move
 # alike), fragments read by ldmatrix, products by mma.sync m16n8k16 into float32 sums.
 CUDA_MMA16_PRELUDE = """
@@ -2391,6 +2421,18 @@ def _tf32x3_steps(
 
 
 WGMMA_ROWS = 128  # a tile's rows (of A) or columns (of B): two warpgroups of 64 rows each, by 128 columns
+# The wgmma kernel's forms of a float32 product: each operand split into a big and a small part that tensor cores
+# read, three products of them (big*big + big*small + small*big) giving float32's accuracy, each part's tile of a K
+# step 128 bytes a row. "tf32": TF32 parts, 32 k a step. "f16": float16 parts of the operand scaled by a power of two
+# (``f16_scale``: float16's exponents span 2^-14..2^15, TF32's float32's), 64 k a step: float16's significand is
+# TF32's (11 bits), its products run at twice TF32's rate, and a step's tiles, copies and shared memory are the
+# same bytes, so the same kernel takes twice the K a step.
+WGMMA_STEP_K = {"tf32": STAGE_K, "f16": 2 * STAGE_K}
+
+
+def wgmma_form(variant: Variant) -> str | None:
+    """The wgmma kernel's form (``WGMMA_STEP_K``) ``variant`` runs our float32 products in, or None."""
+    return {"wgmma": "tf32", "f16x3": "f16"}.get(variant.gemm)
 
 
 def wgmma_splits(g: GemmKernel) -> tuple[str, str]:
@@ -2398,11 +2440,17 @@ def wgmma_splits(g: GemmKernel) -> tuple[str, str]:
     return f"b{g.name}_split_a", f"b{g.name}_split_b"
 
 
-def wgmma_split_floats(g: GemmKernel) -> tuple[int, int]:
+def wgmma_scales(g: GemmKernel) -> str:
+    """The buffer of A's and B's largest finite magnitudes, whose ``f16_scale`` the f16 form scales them by
+    (``variant_plan`` adds it)."""
+    return f"b{g.name}_largest"
+
+
+def wgmma_split_floats(g: GemmKernel, form: str) -> tuple[int, int]:
     """Floats of each split operand: per batch it has its own (a stride of 0 along the batch shares one), per tile
-    of 128 rows (columns) and per K step, the tile's big and small TF32 parts."""
+    of 128 rows (columns) and per K step, the tile's big and small parts."""
     s = _strides(g)
-    tile, steps = 2 * WGMMA_ROWS * STAGE_K, -(-g.k // STAGE_K)
+    tile, steps = 2 * WGMMA_ROWS * STAGE_K, -(-g.k // WGMMA_STEP_K[form])
     a_batches, b_batches = (g.batch if s[x] else 1 for x in ("sab", "sbb"))
     return (
         a_batches * -(-g.m // WGMMA_ROWS) * steps * tile,
@@ -2418,10 +2466,10 @@ WGMMA_PART_STEPS = 16
 WGMMA_SPLIT_MAX_BYTES = 8 << 30
 
 
-def wgmma_k_parts(g: GemmKernel) -> int:
+def wgmma_k_parts(g: GemmKernel, form: str) -> int:
     """Parts of K ``_cuda_gemm_wgmma`` cuts ``g``'s into (1: none)."""
     tiles = -(-g.m // WGMMA_ROWS) * -(-g.n // WGMMA_ROWS) * g.batch
-    steps = -(-g.k // STAGE_K)
+    steps = -(-g.k // WGMMA_STEP_K[form])
     parts = max(1, min(-(-2 * WGMMA_SMS // tiles), steps // WGMMA_PART_STEPS, 65535 // g.batch))
     return -(-steps // -(-steps // parts))  # none empty: as many as parts of that many steps take
 
@@ -2431,59 +2479,128 @@ def wgmma_parts_buffer(g: GemmKernel) -> str:
     return f"b{g.name}_parts"
 
 
-def wgmma_fits(g: GemmKernel) -> bool:
-    """Whether ``_cuda_gemm_wgmma`` runs ``g``: float32, a grid's rows and batches within launch limits, and its
-    split operands and parts' sums within ``WGMMA_SPLIT_MAX_BYTES`` (twice the operands' size, more where a tile of
-    128 pads a few rows: a matrix-vector product's vector would take 256 times its size)."""
-    parts = wgmma_k_parts(g)
+def wgmma_fits(g: GemmKernel, form: str) -> bool:
+    """Whether ``_cuda_gemm_wgmma`` runs ``g`` in ``form``: float32, a grid's rows and batches within launch limits,
+    and its split operands and parts' sums within ``WGMMA_SPLIT_MAX_BYTES`` (twice the operands' size in TF32
+    parts, their size in float16 ones, more where a tile of 128 pads a few rows: a matrix-vector product's vector
+    would take 256 times its size)."""
+    parts = wgmma_k_parts(g, form)
     sums = g.batch * g.m * g.n * parts if parts > 1 else 0
     return (
         g.node.dtype == "float32"
         and -(-g.m // WGMMA_ROWS) <= 65535
         and g.batch <= 65535
-        and 4 * (sum(wgmma_split_floats(g)) + sums) <= WGMMA_SPLIT_MAX_BYTES
+        and 4 * (sum(wgmma_split_floats(g, form)) + sums) <= WGMMA_SPLIT_MAX_BYTES
     )
 
 
-def _wgmma_splitter(name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, located: str = "") -> str:
-    """The kernel splitting operand ``x`` (a or b) of ``name``'s wgmma product into its big and small TF32 parts,
-    laid out as ``_wgmma_kernel`` reads them, zeros past its edges. ``edge``: the variable naming a row of A (column
-    of B), their count, and a batch's stride in ``src`` (``p{x}``: the batch's origin); ``element`` reads the operand
-    at that row (column) and ``k``, after the ``located`` statements."""
+def _wgmma_splitter(
+    name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, located: str = "", form: str = "tf32"
+) -> str:
+    """The kernel splitting operand ``x`` (a or b) of ``name``'s wgmma product into its big and small parts of
+    ``form``, laid out as ``_wgmma_kernel`` reads them, zeros past its edges: a thread a row's 16 bytes of each part
+    (4 k in TF32, 8 in float16). ``edge``: the variable naming a row of A (column of B), their count, and a batch's
+    stride in ``src`` (``p{x}``: the batch's origin); ``element`` reads the operand at that row (column) and ``k``,
+    after the ``located`` statements. The f16 form scales the operand by ``f16_scale`` of its ``largest``
+    magnitude first."""
     var, size, batch_stride = edge
-    rows, tile, steps, tiles = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K, -(-depth // STAGE_K), -(-size // WGMMA_ROWS)
-    return f"""// {x.upper()}'s big and small TF32 parts as {name}_kernel reads them, zeros past its edges
+    step_k, per = WGMMA_STEP_K[form], WGMMA_STEP_K[form] // 8
+    rows, tile, steps, tiles = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K, -(-depth // step_k), -(-size // WGMMA_ROWS)
+    if form == "tf32":
+        scale, parts = (
+            "",
+            """
+        const float4 big = make_float4(tf32_near(v[0]), tf32_near(v[1]), tf32_near(v[2]), tf32_near(v[3]));
+        const float4 small = make_float4(v[0] - big.x, v[1] - big.y, v[2] - big.z, v[3] - big.w);""",
+        )
+    else:
+        # (the scaled value is exact, a power of two's multiple; so is its difference from its float16 part)
+        scale, parts = (
+            "\n    const float scale = f16_scale(*largest);",
+            """
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v0 = v[2 * e] * scale, v1 = v[2 * e + 1] * scale;
+            const uint32_t h0 = f16_bits(v0), h1 = f16_bits(v1);
+            hi[e] = h0 | h1 << 16;
+            lo[e] = f16_bits(v0 - f16_value(h0)) | f16_bits(v1 - f16_value(h1)) << 16;
+        }
+        const float4 big = make_float4(__uint_as_float(hi[0]), __uint_as_float(hi[1]), __uint_as_float(hi[2]),
+                                       __uint_as_float(hi[3]));
+        const float4 small = make_float4(__uint_as_float(lo[0]), __uint_as_float(lo[1]), __uint_as_float(lo[2]),
+                                         __uint_as_float(lo[3]));""",
+        )
+    largest = ", const float* __restrict__ largest" if form == "f16" else ""
+    return f"""// {x.upper()}'s big and small {form.upper()} parts as {name}_kernel reads them, zeros past its edges
 __global__ void __launch_bounds__(256) {name}_split_{x}(const float* __restrict__ src, float* __restrict__ out,
-                                                        int64_t quads) {{
-    for (int64_t q = blockIdx.x * 256LL + threadIdx.x; q < quads; q += (int64_t)gridDim.x * 256) {{
-        const int r = q % {rows}, kc = q / {rows} % {STAGE_K // 4};
-        const int64_t ks = q / {rows * STAGE_K // 4} % {steps}, t = q / ({rows * STAGE_K // 4}LL * {steps});
+                                                        int64_t chunks{largest}) {{{scale}
+    for (int64_t q = blockIdx.x * 256LL + threadIdx.x; q < chunks; q += (int64_t)gridDim.x * 256) {{
+        const int r = q % {rows}, kc = q / {rows} % {step_k // per};
+        const int64_t ks = q / {rows * step_k // per} % {steps}, t = q / ({rows * step_k // per}LL * {steps});
         const int64_t batch = t / {tiles}, {var} = t % {tiles} * {rows} + r;
         const float* p{x} = src + batch * {batch_stride}LL;
-        float v[4];
+        float v[{per}];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {{
-            const int64_t k = ks * {STAGE_K} + kc * 4 + e;
+        for (int e = 0; e < {per}; ++e) {{
+            const int64_t k = ks * {step_k} + kc * {per} + e;
             v[e] = 0.0f;
             if ({var} < {size}LL && k < {depth}LL) {{{located}
                 v[e] = {element};
             }}
-        }}
-        const float4 big = make_float4(tf32_near(v[0]), tf32_near(v[1]), tf32_near(v[2]), tf32_near(v[3]));
+        }}{parts}
         float4* const at = reinterpret_cast<float4*>(out + (t * {steps} + ks) * {tile}LL) + kc * {rows} + r;
         at[0] = big;
-        at[{rows * STAGE_K // 4}] = make_float4(v[0] - big.x, v[1] - big.y, v[2] - big.z, v[3] - big.w);
+        at[{rows * STAGE_K // 4}] = small;
     }}
 }}
 """
 
 
-def _wgmma_split_launch(name: str, x: str, operand: str, scratch: str, floats: int) -> str:
-    quads = floats // 8  # a quad of the big tile's a thread (and its small twin)
+def _wgmma_split_launch(name: str, x: str, operand: str, scratch: str, floats: int, largest: str = "") -> str:
+    """The launch of ``_wgmma_splitter``'s kernel (``largest``: the f16 form's pointer to the operand's largest
+    magnitude)."""
+    chunks = floats // 8  # a thread's 16 bytes of the big tile (and of its small twin)
     return (
-        f"{name}_split_{x}<<<(unsigned)std::min<int64_t>(({quads}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
-        f"({operand}, {scratch}, {quads}LL);"
+        f"{name}_split_{x}<<<(unsigned)std::min<int64_t>(({chunks}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
+        f"({operand}, {scratch}, {chunks}LL{', ' + largest if largest else ''});"
     )
+
+
+def _whole(batch: int, outer: int, inner: int, rows: int, cols: int) -> bool:
+    """Whether an operand of ``rows`` x ``cols`` (a batch each, or one shared: stride 0) by these element strides
+    is its buffer's elements in order (a row-major matrix, batches one after another)."""
+    return inner == 1 and outer == cols and batch in (0, rows * cols)
+
+
+def _wgmma_largest(
+    name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, along: tuple[bool, bool]
+) -> str:
+    """The kernel finding operand ``x``'s largest finite magnitude (the f16 form's scale: ``f16_scale``) into
+    ``largest`` (zeroed before): a block's largest joins it by an atomic max of its bits (non-negative floats order
+    as their bits do). ``edge`` and ``element`` as ``_wgmma_splitter``'s; ``along``: whether neighbouring threads
+    read neighbouring k (the operand's contiguous dim), else neighbouring rows (columns); and whether the operand's
+    elements are those of the buffer, in order (read as such, no index arithmetic)."""
+    var, size, batch_stride = edge
+    along_k, whole = along
+    fast, slow = ("k", var) if along_k else (var, "k")
+    fast_n, slow_n = (depth, size) if along_k else (size, depth)
+    at = f"""const int64_t {fast} = i % {fast_n}LL, {slow} = i / {fast_n}LL % {slow_n}LL;
+        const int64_t batch = i / {fast_n * slow_n}LL;
+        const float* p{x} = src + batch * {batch_stride}LL;
+        const float v = fabsf({element});"""
+    return f"""// the largest finite magnitude of {x.upper()} (infinities and NaNs are split as they are)
+__global__ void __launch_bounds__(256) {name}_largest_{x}(const float* __restrict__ src, float* __restrict__ largest,
+                                                          int64_t count) {{
+    float m = 0.0f;
+    for (int64_t i = blockIdx.x * 256LL + threadIdx.x; i < count; i += (int64_t)gridDim.x * 256) {{
+        {"const float v = fabsf(src[i]);" if whole else at}
+        if (v <= 3.402823466e38f) m = fmaxf(m, v);
+    }}
+    m = block_reduce(m, MaxOp(), 0.0f);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(largest), __float_as_uint(m));
+}}
+"""
 
 
 class WgmmaGather(NamedTuple):
@@ -2507,18 +2624,23 @@ def _wgmma_kernel(
     a_tiles: str,
     b: str | WgmmaGather,
     put: Callable[[str], str],
+    form: str = "tf32",
+    largest: str = "",
 ) -> str:
     """The product kernel of ``_cuda_gemm_wgmma`` and ``_conv_wgmma``: C (``dims``: m x n, and K) in 128x128
-    tiles, a block each (and each part of K: ``wgmma_k_parts``). ``a_tiles`` (and ``b`` where it is one too) is the
-    block's first split tile, as ``_wgmma_splitter`` lays them out; ``put`` gives the statement storing a value at
-    ``row``, ``col`` of ``batch``. A gathered B (``WgmmaGather``) is loaded into registers a step ahead, while the
-    step's products run, then split and stored as the splitter would have laid it out (generic stores, fenced for
-    wgmma's reads)."""
+    tiles, a block each (and each part of K: ``wgmma_k_parts``), its operands' parts in ``form``. ``a_tiles`` (and
+    ``b`` where it is one too) is the block's first split tile, as ``_wgmma_splitter`` lays them out; ``put`` gives
+    the statement storing a value at ``row``, ``col`` of ``batch``. A gathered B (``WgmmaGather``, TF32 form) is
+    loaded into registers a step ahead, while the step's products run, then split and stored as the splitter would
+    have laid it out (generic stores, fenced for wgmma's reads). The f16 form's sums are scaled back by the
+    reciprocals of A's and B's scales (of ``largest``'s two magnitudes), one at a time (their product could be
+    under float32's range where each is not)."""
     m, n, depth = dims
     rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
-    steps = -(-depth // STAGE_K)
+    steps = -(-depth // WGMMA_STEP_K[form])
     held_sums = depth >= SPLIT_SUMS_K
     gather = b if isinstance(b, WgmmaGather) else None
+    assert gather is None or form == "tf32", "a gathered B is split into TF32 parts"
     if parts > 1:  # this block's part of K
         per_part = -(-steps // parts)
         where = f"""const int64_t batch = blockIdx.z / {parts}, k_part = blockIdx.z % {parts};
@@ -2576,6 +2698,11 @@ def _wgmma_kernel(
         fence_async_smem();  // for the products' reads, after the barrier that follows
     }};"""
     sums = "acc[j * 4 + e] + held[j * 4 + e]" if held_sums else "acc[j * 4 + e]"
+    unscale = ""
+    if form == "f16":
+        sums = f"({sums}) * unscale_a * unscale_b"
+        unscale = f"""
+    const float unscale_a = 1.0f / f16_scale({largest}[0]), unscale_b = 1.0f / f16_scale({largest}[1]);"""
     # a descriptor's core matrices: the next 4 k a tile's 128 rows on (2048 bytes), the next 8 rows 128 bytes on
     descs = "const uint64_t {0} = wgmma_desc({1} + h * {2}, {3}, 128);".format
 
@@ -2592,15 +2719,15 @@ def _wgmma_kernel(
                 {descs("a_small", f"ta + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
                 {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
                 {descs("b_small", f"tb + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
-                wgmma_tf32({part}, a_small, b_big, h > 0);
-                wgmma_tf32({part}, a_big, b_small, 1);
+                wgmma_{form}({part}, a_small, b_big, h > 0);
+                wgmma_{form}({part}, a_big, b_small, 1);
             }}
             // The big products last: the small terms' sums are 2^-11 of theirs (``_tf32x3_steps``)
 #pragma unroll
             for (int h = 0; h < {STAGE_K // 8}; ++h) {{
                 {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
                 {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
-                wgmma_tf32({part}, a_big, b_big, 1);
+                wgmma_{form}({part}, a_big, b_big, 1);
             }}
             wgmma_commit();
         }}"""
@@ -2668,7 +2795,7 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
     {where}
     const int64_t row0 = (int64_t)blockIdx.y * {rows}, col0 = (int64_t)blockIdx.x * {rows};
     const float* const a_tiles = {a_tiles};
-    {b_setup}
+    {b_setup}{unscale}
     const int group = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     float acc[64], part[64], {"held" if held_sums else "prior"}[64];
 #pragma unroll
@@ -2702,7 +2829,7 @@ def _wgmma_launch(name: str, args: str, grid: tuple[int, int, int]) -> str:
     {name}_kernel<<<dim3({grid[0]}, {grid[1]}, {grid[2]}), 256, {smem}, stream>>>({args});"""
 
 
-def _cuda_gemm_wgmma(g: GemmKernel) -> str:
+def _cuda_gemm_wgmma(g: GemmKernel, form: str) -> str:
     """Our float32 GEMM as 3xTF32 (``_tf32x3_steps``'s big*big + big*small + small*big, float32's accuracy) on
     Hopper's warpgroup MMA (sm_90a), which multiplies twice as fast as mma.sync and reads its operands from shared
     memory itself. wgmma reads TF32 operands K-major only and cannot split them, so each operand is first split
@@ -2714,13 +2841,15 @@ def _cuda_gemm_wgmma(g: GemmKernel) -> str:
     tensor cores from zero (small terms first, as ``_tf32x3_steps``) and added to the float32 sums on the FMA units,
     in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time).
     Where K is cut into parts (``wgmma_k_parts``), each block sums its part's steps into its own slice of the parts'
-    buffer, and a last kernel adds the parts in order (the same sums whatever ran first) and stores them."""
+    buffer, and a last kernel adds the parts in order (the same sums whatever ran first) and stores them.
+    The f16 form (``WGMMA_STEP_K``) splits each operand, scaled by ``f16_scale`` of its largest finite magnitude
+    (found by a kernel each first), into float16 parts [k / 8][128][8] of K steps of 64, in the same tiles."""
     s = _strides(g)
     a_element, b_element = _tile_elements(g)
     rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
-    steps, m_tiles, n_tiles = -(-g.k // STAGE_K), -(-g.m // rows), -(-g.n // rows)
+    steps, m_tiles, n_tiles = -(-g.k // WGMMA_STEP_K[form]), -(-g.m // rows), -(-g.n // rows)
     split_a, split_b = wgmma_splits(g)
-    parts, outputs = wgmma_k_parts(g), g.batch * g.m * g.n
+    parts, outputs = wgmma_k_parts(g, form), g.batch * g.m * g.n
     at = f"(k_part * {outputs}LL + batch * {g.m * g.n}LL) + row * {g.n}LL + col"
 
     def put(value: str) -> str:  # where K has parts, each part's sums stored for the last kernel
@@ -2747,19 +2876,47 @@ __global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
         if parts > 1
         else ""
     )
-    a_floats, b_floats = wgmma_split_floats(g)
+    a_floats, b_floats = wgmma_split_floats(g, form)
     a_batch = "batch" if s["sab"] else "0"
     b_batch = "batch" if s["sbb"] else "0"
     a_tiles = f"{split_a} + (({a_batch} * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL"
     b_tiles = f"{split_b} + (({b_batch} * {n_tiles}LL + blockIdx.x) * {steps}) * {tile}LL"
-    kernel = _wgmma_kernel(g.name, _gemm_params(g), (g.m, g.n, g.k), parts, a_tiles, b_tiles, put)
-    return f"""{_wgmma_splitter(g.name, "a", ("row", g.m, s["sab"]), g.k, a_element)}
-{_wgmma_splitter(g.name, "b", ("col", g.n, s["sbb"]), g.k, b_element)}{adder}
-// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3xTF32), K steps of
-// {STAGE_K}.{kernel}
+    largest = wgmma_scales(g) if form == "f16" else ""
+    kernel = _wgmma_kernel(g.name, _gemm_params(g), (g.m, g.n, g.k), parts, a_tiles, b_tiles, put, form, largest)
+    a_edge, b_edge = ("row", g.m, s["sab"]), ("col", g.n, s["sbb"])
+    scaling, finding = "", ""
+    if form == "f16":  # each operand's largest magnitude, for its scale (read along its contiguous dim)
+        scaling = "".join(
+            _wgmma_largest(g.name, x, edge, g.k, element, along)
+            for x, edge, element, along in (
+                ("a", a_edge, a_element, (s["sak"] == 1, _whole(s["sab"], s["sam"], s["sak"], g.m, g.k))),
+                ("b", b_edge, b_element, (s["sbn"] != 1, _whole(s["sbb"], s["sbk"], s["sbn"], g.k, g.n))),
+            )
+        )
+        finding = f"cudaMemsetAsync({largest}, 0, 2 * sizeof(float), stream);" + "".join(
+            f"\n    {g.name}_largest_{x}<<<(unsigned)std::min<int64_t>(({count}LL + 255) / 256, 1024), 256, 0, "
+            f"stream>>>({operand}, {largest} + {i}, {count}LL);"
+            for i, (x, operand, count) in enumerate(
+                (
+                    ("a", g.a.buffer, (g.batch if s["sab"] else 1) * g.m * g.k),
+                    ("b", g.b.buffer, (g.batch if s["sbb"] else 1) * g.n * g.k),
+                )
+            )
+        )
+        finding += "\n    "
+    splits = [
+        _wgmma_split_launch(g.name, x, operand, split, floats, f"{largest} + {i}" if largest else "")
+        for i, (x, operand, split, floats) in enumerate(
+            (("a", g.a.buffer, split_a, a_floats), ("b", g.b.buffer, split_b, b_floats))
+        )
+    ]
+    return f"""{scaling}{_wgmma_splitter(g.name, "a", a_edge, g.k, a_element, form=form)}
+{_wgmma_splitter(g.name, "b", b_edge, g.k, b_element, form=form)}{adder}
+// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3x{form.upper()}), K steps
+// of {WGMMA_STEP_K[form]}.{kernel}
 extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
-    {_wgmma_split_launch(g.name, "a", g.a.buffer, split_a, a_floats)}
-    {_wgmma_split_launch(g.name, "b", g.b.buffer, split_b, b_floats)}
+    {finding}{splits[0]}
+    {splits[1]}
     {_wgmma_launch(g.name, ", ".join(_gemm_buffers(g)), (n_tiles, m_tiles, g.batch * parts))}{add}
 }}
 """
@@ -3954,13 +4111,16 @@ extern "C" void {k.name}({_launcher_params(k, "cuda")}) {{
 
 
 def _tensor_cores(variant: Variant) -> bool:
-    """Whether ``variant`` runs our float32 products (GEMMs, implicit convolutions) as 3xTF32 on tensor cores: on
-    mma.sync, or on wgmma (``_cuda_gemm_wgmma``, ``_conv_wgmma``) where a product fits it, else on mma.sync."""
-    return variant.gemm in ("tf32x3", "wgmma")
+    """Whether ``variant`` runs our float32 products (GEMMs, implicit convolutions) as three products on tensor
+    cores: 3xTF32 on mma.sync, or on wgmma (``_cuda_gemm_wgmma``, ``_conv_wgmma``) where a product fits it, else on
+    mma.sync."""
+    return variant.gemm == "tf32x3" or wgmma_form(variant) is not None
 
 
 def _conv_on_wgmma(k: ConvKernel, variant: Variant) -> bool:
-    return variant.conv == "implicit" and variant.gemm == "wgmma" and conv_wgmma_fits(k)
+    """Whether ``variant`` runs ``k`` on wgmma: in TF32 parts in either form (the f16 form's scale would need the
+    largest magnitude of the input the product gathers)."""
+    return variant.conv == "implicit" and wgmma_form(variant) is not None and conv_wgmma_fits(k)
 
 
 def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
@@ -3996,10 +4156,13 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             writes = {**k.writes, **{b: buffers[b] for b in scratch}}
             arrivals = scratch[-1] if variant.cache == "segment" else None
             k = replace(k, split=split, partials=partials, writes=writes, arrivals=arrivals)
-        if isinstance(k, GemmKernel) and variant.gemm == "wgmma" and wgmma_fits(k):  # its operands' split parts
-            splits = dict(zip(wgmma_splits(k), wgmma_split_floats(k), strict=True))
-            if wgmma_k_parts(k) > 1:  # and each part of K's sums
-                splits[wgmma_parts_buffer(k)] = wgmma_k_parts(k) * k.batch * k.m * k.n
+        form = wgmma_form(variant)
+        if isinstance(k, GemmKernel) and form and wgmma_fits(k, form):  # its operands' split parts
+            splits = dict(zip(wgmma_splits(k), wgmma_split_floats(k, form), strict=True))
+            if wgmma_k_parts(k, form) > 1:  # and each part of K's sums
+                splits[wgmma_parts_buffer(k)] = wgmma_k_parts(k, form) * k.batch * k.m * k.n
+            if form == "f16":  # and the operands' largest magnitudes
+                splits[wgmma_scales(k)] = 2
             nodes = {n: Node(n, "split", OpKind.CONTRACTION, (floats,), "float32") for n, floats in splits.items()}
             buffers.update(nodes)
             k = replace(k, writes={**k.writes, **nodes})
@@ -4041,7 +4204,8 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             wmma = variant.gemm in ("wmma", "mma") and half
             pipelined = variant.gemm == "pipelined" or tensor_cores
             own = _cuda_gemm_pipelined(k, tensor_cores) if pipelined else _cuda_gemm(k, variant)
-            wgmma = _cuda_gemm_wgmma(k) if variant.gemm == "wgmma" and wgmma_fits(k) else None
+            form = wgmma_form(variant)
+            wgmma = _cuda_gemm_wgmma(k, form) if form and wgmma_fits(k, form) else None
             wgmma_used = wgmma_used or wgmma is not None
             parts.append(vendor or mma16 or wgmma or (_cuda_gemm_wmma(k) if wmma else own))
         elif isinstance(k, GemmKernel):

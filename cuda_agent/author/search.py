@@ -111,10 +111,13 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     if fp32:  # second: large products run faster on tensor cores than on the FMA units (cuBLAS's float32 GEMMs,
         # cuDNN restricted to FMA kernels, ours); not first, as a first variant found wrong ends the search
         out.insert(1, replace(base, gemm="tf32x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
-    if any(wgmma_fits(k) for k in gemms) or any(conv_wgmma_fits(k) for k in convs):  # before them: the same on
-        # Hopper's warpgroup MMA, twice as fast where it builds (sm_90a: elsewhere the build refuses it, the search
-        # goes on)
+    if any(wgmma_fits(k, "tf32") for k in gemms) or any(conv_wgmma_fits(k) for k in convs):  # before them: the
+        # same on Hopper's warpgroup MMA, twice as fast where it builds (sm_90a: elsewhere the build refuses it, the
+        # search goes on)
         out.insert(1, replace(base, gemm="wgmma", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
+    if any(wgmma_fits(k, "f16") for k in gemms):  # before that: its products of float16 parts, at twice the rate
+        # (convolutions as in "wgmma")
+        out.insert(1, replace(base, gemm="f16x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
     # The first variants again with their float exp, sigmoid, silu and quotients on the special-function units: a
     # row kernel of a few items a thread (a softmax's block per row) issues more instructions than its bytes take
     # to move, and these are most of them. After them: the verifier judges each, and a wrong one is only skipped.

@@ -227,21 +227,29 @@ void cp_async_wait() {
 // the tiles and writes the thread's sums when the thread waits for its group (wgmma_wait), so code that refills a tile,
 // or reads its sums, before waiting computes with what is there then, as it may on a GPU. Each thread of a
 // warpgroup computes its own 64 sums (warp w, lane 4 g + t: rows 16 w + g and 16 w + g + 8, columns 8 j + 2 t and
-// 8 j + 2 t + 1 at d[4 j ...]) over 8 k, its operands read as TF32 and the sum rounded toward zero as mma_tf32's.
+// 8 j + 2 t + 1 at d[4 j ...]) over 8 k (wgmma_tf32: its operands read as TF32) or 16 (wgmma_f16: as float16
+// values), the sum rounded toward zero as mma_tf32's. A core matrix's row is 16 bytes: 4 k of TF32, 8 of float16.
+inline float emu_f16(uint16_t bits);
 struct EmuTile {
     const float* at;
     uint32_t lbo, sbo;
-    float operator()(unsigned row, unsigned k) const {
-        const char* p = reinterpret_cast<const char*>(at) + row / 8 * sbo + k / 4 * lbo + row % 8 * 16 + k % 4 * 4;
+    float operator()(unsigned row, unsigned k, bool f16) const {
+        const unsigned size = f16 ? 2 : 4, per = 16 / size;
+        const char* p = reinterpret_cast<const char*>(at) + row / 8 * sbo + k / per * lbo + row % 8 * 16 + k % per * size;
+        if (f16) {
+            uint16_t bits;
+            std::memcpy(&bits, p, 2);
+            return emu_f16(bits);
+        }
         float v;
         std::memcpy(&v, p, 4);
-        return v;
+        return emu_tf32_operand(v);
     }
 };
 struct EmuWgmma {
     float* d;
     uint64_t a, b;
-    bool accumulate;
+    bool accumulate, f16;
 };
 inline thread_local std::vector<EmuTile> emu_tiles;
 inline thread_local std::vector<EmuWgmma> emu_wgmma_open;
@@ -251,7 +259,10 @@ inline uint64_t wgmma_desc(const float* p, uint32_t lbo, uint32_t sbo) {
     return emu_tiles.size() - 1;
 }
 inline void wgmma_tf32(float* d, uint64_t a, uint64_t b, int accumulate) {
-    emu_wgmma_open.push_back({d, a, b, accumulate != 0});
+    emu_wgmma_open.push_back({d, a, b, accumulate != 0, false});
+}
+inline void wgmma_f16(float* d, uint64_t a, uint64_t b, int accumulate) {
+    emu_wgmma_open.push_back({d, a, b, accumulate != 0, true});
 }
 inline void wgmma_fence() {}
 inline void fence_async_smem() {}
@@ -271,8 +282,7 @@ inline void wgmma_wait() {
                 for (unsigned e = 0; e < 4; ++e) {
                     const unsigned row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
                     double sum = w.accumulate ? w.d[4 * j + e] : 0.0;
-                    for (unsigned k = 0; k < 8; ++k)
-                        sum += (double)emu_tf32_operand(a(row, k)) * emu_tf32_operand(b(col, k));
+                    for (unsigned k = 0; k < (w.f16 ? 16u : 8u); ++k) sum += (double)a(row, k, w.f16) * b(col, k, w.f16);
                     w.d[4 * j + e] = emu_toward_zero(sum);
                 }
         }
@@ -305,6 +315,14 @@ inline float emu_f16(uint16_t bits) {
     std::memcpy(&v, &bits, 2);
     return (float)v;
 }
+// The wgmma prelude's float16 conversions (nearest, ties to even, as __float2half_rn).
+inline uint32_t f16_bits(float v) {
+    const _Float16 h = (_Float16)v;
+    uint16_t bits;
+    std::memcpy(&bits, &h, 2);
+    return bits;
+}
+inline float f16_value(uint32_t bits) { return emu_f16((uint16_t)bits); }
 // mma.sync m16n8k16 with 16-bit operands: lane 4 g + t holds A[g][2t..2t+1], A[g + 8][2t..], A[g][2t + 8..],
 // A[g + 8][2t + 8..] (a register each, low half first), B[2t..2t+1][g], B[2t + 8..][g], and D as mma_tf32's. Products
 // exact, the sum rounded toward zero as mma_tf32's.
@@ -403,6 +421,12 @@ inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_
 }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned* address, unsigned value) { return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST); }
+inline unsigned atomicMax(unsigned* address, unsigned value) {
+    unsigned seen = __atomic_load_n(address, __ATOMIC_SEQ_CST);
+    while (seen < value && !__atomic_compare_exchange_n(address, &seen, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    return seen;
+}
 template <typename T>
 T __ldcg(const T* address) {
     T value;

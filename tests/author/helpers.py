@@ -21,6 +21,7 @@ from cuda_agent.author.emit import (
     CUDA_MMA_PRELUDE,
     CUDA_WGMMA_PRELUDE,
     emit_source,
+    f16_scale_source,
     variant_plan,
 )
 from cuda_agent.author.plan import Plan
@@ -34,7 +35,7 @@ def emulated_cuda(source: str) -> str:
     """CUDA row kernels as host C++ for ``cuda_emulator.h``: launches become calls, the dynamic shared memory the
     running block's buffer, the tensor-core step the emulator's."""
     source = source.replace("#include <cuda_runtime.h>", f'#include "{EMULATOR}"').replace(CUDA_MMA_PRELUDE, "")
-    source = source.replace(CUDA_MMA16_PRELUDE, "").replace(CUDA_WGMMA_PRELUDE, "")
+    source = source.replace(CUDA_MMA16_PRELUDE, "").replace(CUDA_WGMMA_PRELUDE, f16_scale_source("inline "))
     source = source.replace(CUDA_HALF_PRELUDE, CPU_HALF_PRELUDE)
     for declared, kind in (("unsigned char", "row_smem"), ("float", "tile_smem"), ("uint16_t", "mma16_smem")):
         source = re.sub(

@@ -243,6 +243,9 @@ GEMMS = {
     "mm_ragged": ("        return a @ b", "[torch.randn(130, 50), torch.randn(50, 70)]", "a, b"),
     "transposed_operands": ("        return a.t() @ b.t()", "[torch.randn(40, 20), torch.randn(36, 40)]", "a, b"),
     "one_buffer_twice": ("        return a @ a.t()", "[torch.randn(33, 18)]", "a"),
+    # operands far from 1 (float16's range is 2^-14..2^15): the f16 form's parts are of the operands scaled by a
+    # power of two each, the sums scaled back
+    "far_from_one": ("        return a @ b", "[1e-6 * torch.randn(40, 30), 1e5 * torch.randn(30, 20)]", "a, b"),
     # the numbers the operands are scaled by, applied to the product's sums instead
     "scaled_operands": ("        return (a * 0.5) @ (b / 4.0)", "[torch.randn(40, 30), torch.randn(30, 20)]", "a, b"),
     "batched": ("        return torch.bmm(a, b)", "[torch.randn(2, 20, 17), torch.randn(2, 17, 140)]", "a, b"),
@@ -281,7 +284,7 @@ GEMMS = {
 }
 
 
-OUR_FP32_GEMMS = ("wgmma", "tf32x3", "pipelined", "tiled")
+OUR_FP32_GEMMS = ("f16x3", "wgmma", "tf32x3", "pipelined", "tiled")
 
 
 @pytest.mark.parametrize("name", _tiered(list(GEMMS)))

@@ -186,6 +186,8 @@ def test_split_rows_build_under_the_candidate_rules() -> None:
         (problems.LONG_K, "gemm=wgmma", "for (int p = 0; p < 8; ++p) sum += bk0_mm_parts[p * 4608LL + o];"),
         (problems.TAP_MAJOR_CONV, "gemm=wgmma", "if (tap_in) gb[i] = x_group[x_step"),
         (problems.CONV_TRANSPOSE_PHASES, "gemm=wgmma", "k0_conv_p3_split_a<<<"),
+        (problems.BMM_TRANSPOSED, "gemm=f16x3", "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"),
+        (problems.LONG_K, "gemm=f16x3", "const float unscale_a = 1.0f / f16_scale(bk0_mm_largest[0])"),
         (problems.BF16_CONV_RELU, "conv=exact", "CUDNN_DATA_BFLOAT16"),
         (problems.SDPA, "gemm=cublas", "const float alpha = 0.17677669529663687f"),
         (problems.INTEGER_ARITHMETIC, "vec=4", " % "),
@@ -210,6 +212,8 @@ def test_split_rows_build_under_the_candidate_rules() -> None:
         "wgmma_k_parts",
         "wgmma_tap_major_conv",
         "wgmma_conv_phases",
+        "f16x3_gemm",
+        "f16x3_k_parts",
         "bf16_cudnn_conv",
         "scaled_product",
         "integer_arithmetic",
@@ -224,7 +228,7 @@ def test_emitted_kernels_compile_with_nvcc(source: str, knob: str, code: str) ->
     staged by asynchronous copies (operands of 16-byte groups), its sums in two levels over a long K, a
     convolution's bias and activation as its epilogue, a transposed convolution as a product per phase, the same
     GEMM on Hopper's warpgroup MMA (with an epilogue, its K cut into parts) and convolutions there (tap-major,
-    a product per phase), a bfloat16 convolution on
+    a product per phase), GEMMs there of float16 parts, a bfloat16 convolution on
     cuDNN, a product scaled by its operands' factors, integer arithmetic (which host compilers take where nvcc
     does not) and float math on the special-function units."""
     files = next(files for label, files in author_problem(source, "cuda").variants if knob in label.split())
@@ -318,15 +322,19 @@ def _single_tf32(label: str) -> bool:
 
 def test_float32_products_try_three_tf32_products_early_at_any_tolerance() -> None:
     """3xTF32 keeps float32's accuracy (the emulated tests hold it to the float32 tolerance, single TF32 fails
-    them): a float32 product or convolution tries it second on Hopper's warpgroup MMA and third on mma.sync, after
-    the vendor library or, where our kernels run alone, after ours on the FMA units (a first variant found wrong
-    ends the search); a 16-bit product has tensor cores already (WMMA) and no use for it."""
-    for source in (problems.LINEAR_RELU, problems.BMM_TRANSPOSED, problems.CONV_BIAS_RELU, problems.OWN_CONV):
+    them), as do three products of scaled float16 parts: a float32 product tries those second, on Hopper's
+    warpgroup MMA, then 3xTF32 there and on mma.sync, after the vendor library or, where our kernels run alone,
+    after ours on the FMA units (a first variant found wrong ends the search); a convolution tries 3xTF32 on wgmma
+    second (its gathered input has no scale). A 16-bit product has tensor cores already (WMMA) and no use for
+    them."""
+    for source in (problems.LINEAR_RELU, problems.BMM_TRANSPOSED):
         labels = [set(label.split()) for label, _ in author_problem(source, "cuda").variants]
-        assert "gemm=wgmma" in labels[1] and "gemm=tf32x3" in labels[2] and "gemm=tf32x3" not in labels[0]
+        assert "gemm=f16x3" in labels[1] and "gemm=wgmma" in labels[2] and "gemm=tf32x3" in labels[3]
+        assert not {"gemm=tf32x3", "gemm=f16x3"} & labels[0]
     for source in (problems.CONV_BIAS_RELU, problems.OWN_CONV):  # our convolution, as that product
         labels = [set(label.split()) for label, _ in author_problem(source, "cuda").variants]
         assert {"gemm=wgmma", "conv=implicit"} <= labels[1] and {"gemm=tf32x3", "conv=implicit"} <= labels[2]
+        assert not any("gemm=f16x3" in label for label in labels)
     assert not any("gemm=tf32x3" in label for label, _ in author_problem(problems.BF16_GEMM_ODD, "cuda").variants)
 
 
