@@ -71,7 +71,7 @@ class Variant:
     # ahead asynchronously, 16 bytes a copy where they have 16-byte groups, else an element; our implicit
     # convolutions too, their input gathered a copy an element), "wgmma" (the same on Hopper's warpgroup MMA, sm_90a:
     # our float32 GEMMs and implicit convolutions where they fit it, others as "tf32x3"), "f16x3" (as "wgmma", our
-    # GEMMs' operands split into float16 parts of their scaled values instead: ``WGMMA_STEP_K``),
+    # GEMMs' operands split into float16 parts of their scaled values instead: ``WgmmaForm``),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile), "mma" (ours on tensor
     # cores through mma.sync, staged by asynchronous copies, for 16-bit products whose operands have 16-byte groups;
     # others as "wmma")
@@ -431,9 +431,12 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 """
     + _wgmma_product("wgmma_tf32", "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "1, 1", "TF32 tiles of 8 k")
-    # (float16: the operands' scale factors 1, neither transposed: both K-major)
-    + _wgmma_product(
-        "wgmma_f16", "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "1, 1, 0, 0", "float16 tiles of 16 k"
+    # (16-bit types: the operands' scale factors 1, neither transposed: both K-major)
+    + "".join(
+        _wgmma_product(
+            f"wgmma_{kind}", f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{kind}.{kind}", "1, 1, 0, 0", what
+        )
+        for kind, what in (("f16", "float16 tiles of 16 k"), ("bf16", "bfloat16 tiles of 16 k"))
     )
     + """// A float as float16 bits (nearest, ties to even), and back: the f16 form's parts of a scaled operand.
 __device__ __forceinline__ uint32_t f16_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
@@ -2421,18 +2424,52 @@ def _tf32x3_steps(
 
 
 WGMMA_ROWS = 128  # a tile's rows (of A) or columns (of B): two warpgroups of 64 rows each, by 128 columns
-# The wgmma kernel's forms of a float32 product: each operand split into a big and a small part that tensor cores
-# read, three products of them (big*big + big*small + small*big) giving float32's accuracy, each part's tile of a K
-# step 128 bytes a row. "tf32": TF32 parts, 32 k a step. "f16": float16 parts of the operand scaled by a power of two
-# (``f16_scale``: float16's exponents span 2^-14..2^15, TF32's float32's), 64 k a step: float16's significand is
-# TF32's (11 bits), its products run at twice TF32's rate, and a step's tiles, copies and shared memory are the
-# same bytes, so the same kernel takes twice the K a step.
-WGMMA_STEP_K = {"tf32": STAGE_K, "f16": 2 * STAGE_K}
 
 
-def wgmma_form(variant: Variant) -> str | None:
-    """The wgmma kernel's form (``WGMMA_STEP_K``) ``variant`` runs our float32 products in, or None."""
-    return {"wgmma": "tf32", "f16x3": "f16"}.get(variant.gemm)
+@dataclass(frozen=True)
+class WgmmaForm:
+    """How the wgmma kernel multiplies: ``kind``, the type its tensor cores read ("tf32", "f16" or "bf16"); ``split``:
+    each float32 operand split into a big and a small part of it, three products of them (big*big + big*small +
+    small*big) giving float32's accuracy, else 16-bit operands as they are, one product. A part's tile of a K step
+    is 128 bytes a row: 32 k of TF32, 64 of a 16-bit type, so every form has the same tiles, copies and
+    descriptors. Float32 operands split into float16 parts are first scaled by a power of two (``f16_scale``:
+    float16's exponents span 2^-14..2^15, TF32's those of float32); float16's significand is TF32's (11 bits), and
+    its products run at twice TF32's rate."""
+
+    kind: str
+    split: bool
+
+    @property
+    def step_k(self) -> int:
+        return STAGE_K if self.kind == "tf32" else 2 * STAGE_K
+
+    @property
+    def scaled(self) -> bool:
+        return self.split and self.kind == "f16"
+
+    @property
+    def tile(self) -> int:
+        """Floats (4-byte words) of an operand's tiles of a K step: its parts' tiles of 128 rows by 128 bytes."""
+        return (2 if self.split else 1) * WGMMA_ROWS * STAGE_K
+
+    @property
+    def dtype(self) -> str:
+        """The operands' type."""
+        return "float32" if self.split else {"f16": "float16", "bf16": "bfloat16"}[self.kind]
+
+
+TF32X3 = WgmmaForm("tf32", split=True)
+
+
+def wgmma_form(variant: Variant, dtype: str) -> WgmmaForm | None:
+    """The wgmma kernel's form ``variant`` runs a product of ``dtype`` operands in, or None: float32 as 3xTF32
+    ("wgmma") or three products of float16 parts ("f16x3"), a 16-bit type as itself ("wgmma")."""
+    if variant.gemm == "f16x3" and dtype == "float32":
+        return WgmmaForm("f16", split=True)
+    kind = {"float16": "f16", "bfloat16": "bf16"}.get(dtype)
+    if variant.gemm != "wgmma" or not (kind or dtype == "float32"):
+        return None
+    return WgmmaForm(kind, split=False) if kind else TF32X3
 
 
 def wgmma_splits(g: GemmKernel) -> tuple[str, str]:
@@ -2446,11 +2483,11 @@ def wgmma_scales(g: GemmKernel) -> str:
     return f"b{g.name}_largest"
 
 
-def wgmma_split_floats(g: GemmKernel, form: str) -> tuple[int, int]:
+def wgmma_split_floats(g: GemmKernel, form: WgmmaForm) -> tuple[int, int]:
     """Floats of each split operand: per batch it has its own (a stride of 0 along the batch shares one), per tile
-    of 128 rows (columns) and per K step, the tile's big and small parts."""
+    of 128 rows (columns) and per K step, the tile's parts."""
     s = _strides(g)
-    tile, steps = 2 * WGMMA_ROWS * STAGE_K, -(-g.k // WGMMA_STEP_K[form])
+    tile, steps = form.tile, -(-g.k // form.step_k)
     a_batches, b_batches = (g.batch if s[x] else 1 for x in ("sab", "sbb"))
     return (
         a_batches * -(-g.m // WGMMA_ROWS) * steps * tile,
@@ -2466,10 +2503,10 @@ WGMMA_PART_STEPS = 16
 WGMMA_SPLIT_MAX_BYTES = 8 << 30
 
 
-def wgmma_k_parts(g: GemmKernel, form: str) -> int:
+def wgmma_k_parts(g: GemmKernel, form: WgmmaForm) -> int:
     """Parts of K ``_cuda_gemm_wgmma`` cuts ``g``'s into (1: none)."""
     tiles = -(-g.m // WGMMA_ROWS) * -(-g.n // WGMMA_ROWS) * g.batch
-    steps = -(-g.k // WGMMA_STEP_K[form])
+    steps = -(-g.k // form.step_k)
     parts = max(1, min(-(-2 * WGMMA_SMS // tiles), steps // WGMMA_PART_STEPS, 65535 // g.batch))
     return -(-steps // -(-steps // parts))  # none empty: as many as parts of that many steps take
 
@@ -2479,15 +2516,15 @@ def wgmma_parts_buffer(g: GemmKernel) -> str:
     return f"b{g.name}_parts"
 
 
-def wgmma_fits(g: GemmKernel, form: str) -> bool:
-    """Whether ``_cuda_gemm_wgmma`` runs ``g`` in ``form``: float32, a grid's rows and batches within launch limits,
-    and its split operands and parts' sums within ``WGMMA_SPLIT_MAX_BYTES`` (twice the operands' size in TF32
-    parts, their size in float16 ones, more where a tile of 128 pads a few rows: a matrix-vector product's vector
-    would take 256 times its size)."""
+def wgmma_fits(g: GemmKernel, form: WgmmaForm) -> bool:
+    """Whether ``_cuda_gemm_wgmma`` runs ``g`` in ``form``: operands of its type, a grid's rows and batches within
+    launch limits, and its split operands and parts' sums within ``WGMMA_SPLIT_MAX_BYTES`` (twice the operands'
+    size in TF32 parts, their size in float16 ones or 16-bit copies, more where a tile of 128 pads a few rows: a
+    matrix-vector product's vector would take 256 times its size)."""
     parts = wgmma_k_parts(g, form)
     sums = g.batch * g.m * g.n * parts if parts > 1 else 0
     return (
-        g.node.dtype == "float32"
+        g.node.dtype == form.dtype
         and -(-g.m // WGMMA_ROWS) <= 65535
         and g.batch <= 65535
         and 4 * (sum(wgmma_split_floats(g, form)) + sums) <= WGMMA_SPLIT_MAX_BYTES
@@ -2495,72 +2532,80 @@ def wgmma_fits(g: GemmKernel, form: str) -> bool:
 
 
 def _wgmma_splitter(
-    name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, located: str = "", form: str = "tf32"
+    name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, located: str = "", form: WgmmaForm = TF32X3
 ) -> str:
-    """The kernel splitting operand ``x`` (a or b) of ``name``'s wgmma product into its big and small parts of
-    ``form``, laid out as ``_wgmma_kernel`` reads them, zeros past its edges: a thread a row's 16 bytes of each part
-    (4 k in TF32, 8 in float16). ``edge``: the variable naming a row of A (column of B), their count, and a batch's
-    stride in ``src`` (``p{x}``: the batch's origin); ``element`` reads the operand at that row (column) and ``k``,
-    after the ``located`` statements. The f16 form scales the operand by ``f16_scale`` of its ``largest``
-    magnitude first."""
+    """The kernel laying operand ``x`` (a or b) of ``name``'s wgmma product out as ``_wgmma_kernel`` reads it, in
+    ``form``'s parts (a float32 operand's big and small ones, a 16-bit operand's bits), zeros past its edges: a
+    thread a row's 16 bytes of each part (4 k of TF32, 8 of a 16-bit type). ``edge``: the variable naming a row of
+    A (column of B), their count, and a batch's stride in ``src`` (``p{x}``: the batch's origin); ``element`` reads
+    the operand at that row (column) and ``k``, after the ``located`` statements. A float32 operand split into
+    float16 parts is scaled by ``f16_scale`` of its ``largest`` magnitude first."""
     var, size, batch_stride = edge
-    step_k, per = WGMMA_STEP_K[form], WGMMA_STEP_K[form] // 8
-    rows, tile, steps, tiles = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K, -(-depth // step_k), -(-size // WGMMA_ROWS)
-    if form == "tf32":
-        scale, parts = (
-            "",
-            """
+    step_k, per = form.step_k, form.step_k // 8
+    rows, tile, steps, tiles = WGMMA_ROWS, form.tile, -(-depth // step_k), -(-size // WGMMA_ROWS)
+    value, scale = "float" if form.split else "uint32_t", ""
+
+    def words(w: str) -> str:  # a float4 of 4 words' bits
+        return f"make_float4({', '.join(f'__uint_as_float({w}[{i}])' for i in range(4))})"
+
+    if form.kind == "tf32":
+        parts = """
         const float4 big = make_float4(tf32_near(v[0]), tf32_near(v[1]), tf32_near(v[2]), tf32_near(v[3]));
-        const float4 small = make_float4(v[0] - big.x, v[1] - big.y, v[2] - big.z, v[3] - big.w);""",
-        )
-    else:
+        const float4 small = make_float4(v[0] - big.x, v[1] - big.y, v[2] - big.z, v[3] - big.w);"""
+    elif form.split:
         # (the scaled value is exact, a power of two's multiple; so is its difference from its float16 part)
-        scale, parts = (
-            "\n    const float scale = f16_scale(*largest);",
-            """
+        scale = "\n    const float scale = f16_scale(*largest);"
+        parts = f"""
         uint32_t hi[4], lo[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; ++e) {{
             const float v0 = v[2 * e] * scale, v1 = v[2 * e + 1] * scale;
             const uint32_t h0 = f16_bits(v0), h1 = f16_bits(v1);
             hi[e] = h0 | h1 << 16;
             lo[e] = f16_bits(v0 - f16_value(h0)) | f16_bits(v1 - f16_value(h1)) << 16;
-        }
-        const float4 big = make_float4(__uint_as_float(hi[0]), __uint_as_float(hi[1]), __uint_as_float(hi[2]),
-                                       __uint_as_float(hi[3]));
-        const float4 small = make_float4(__uint_as_float(lo[0]), __uint_as_float(lo[1]), __uint_as_float(lo[2]),
-                                         __uint_as_float(lo[3]));""",
-        )
-    largest = ", const float* __restrict__ largest" if form == "f16" else ""
-    return f"""// {x.upper()}'s big and small {form.upper()} parts as {name}_kernel reads them, zeros past its edges
-__global__ void __launch_bounds__(256) {name}_split_{x}(const float* __restrict__ src, float* __restrict__ out,
+        }}
+        const float4 big = {words("hi")};
+        const float4 small = {words("lo")};"""
+    else:  # a 16-bit operand's bits, two a word (the lower k in the low half)
+        parts = f"""
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) w[e] = v[2 * e] | v[2 * e + 1] << 16;
+        const float4 big = {words("w")};"""
+    largest = ", const float* __restrict__ largest" if form.scaled else ""
+    src = "float" if form.split else "uint16_t"
+    what = f"big and small {form.kind.upper()} parts" if form.split else "16-bit values"
+    small = f"\n        at[{rows * STAGE_K // 4}] = small;" if form.split else ""
+    return f"""// {x.upper()}'s {what} as {name}_kernel reads them, zeros past its edges
+__global__ void __launch_bounds__(256) {name}_split_{x}(const {src}* __restrict__ src, float* __restrict__ out,
                                                         int64_t chunks{largest}) {{{scale}
     for (int64_t q = blockIdx.x * 256LL + threadIdx.x; q < chunks; q += (int64_t)gridDim.x * 256) {{
         const int r = q % {rows}, kc = q / {rows} % {step_k // per};
         const int64_t ks = q / {rows * step_k // per} % {steps}, t = q / ({rows * step_k // per}LL * {steps});
         const int64_t batch = t / {tiles}, {var} = t % {tiles} * {rows} + r;
-        const float* p{x} = src + batch * {batch_stride}LL;
-        float v[{per}];
+        const {src}* p{x} = src + batch * {batch_stride}LL;
+        {value} v[{per}];
 #pragma unroll
         for (int e = 0; e < {per}; ++e) {{
             const int64_t k = ks * {step_k} + kc * {per} + e;
-            v[e] = 0.0f;
+            v[e] = 0;
             if ({var} < {size}LL && k < {depth}LL) {{{located}
                 v[e] = {element};
             }}
         }}{parts}
         float4* const at = reinterpret_cast<float4*>(out + (t * {steps} + ks) * {tile}LL) + kc * {rows} + r;
-        at[0] = big;
-        at[{rows * STAGE_K // 4}] = small;
+        at[0] = big;{small}
     }}
 }}
 """
 
 
-def _wgmma_split_launch(name: str, x: str, operand: str, scratch: str, floats: int, largest: str = "") -> str:
-    """The launch of ``_wgmma_splitter``'s kernel (``largest``: the f16 form's pointer to the operand's largest
+def _wgmma_split_launch(
+    name: str, x: str, operand: str, scratch: str, floats: int, form: WgmmaForm = TF32X3, largest: str = ""
+) -> str:
+    """The launch of ``_wgmma_splitter``'s kernel (``largest``: the scaled form's pointer to the operand's largest
     magnitude)."""
-    chunks = floats // 8  # a thread's 16 bytes of the big tile (and of its small twin)
+    chunks = floats // (8 if form.split else 4)  # a thread's 16 bytes of the big tile (and of its small twin)
     return (
         f"{name}_split_{x}<<<(unsigned)std::min<int64_t>(({chunks}LL + 255) / 256, 1LL << 20), 256, 0, stream>>>"
         f"({operand}, {scratch}, {chunks}LL{', ' + largest if largest else ''});"
@@ -2624,23 +2669,23 @@ def _wgmma_kernel(
     a_tiles: str,
     b: str | WgmmaGather,
     put: Callable[[str], str],
-    form: str = "tf32",
+    form: WgmmaForm = TF32X3,
     largest: str = "",
 ) -> str:
     """The product kernel of ``_cuda_gemm_wgmma`` and ``_conv_wgmma``: C (``dims``: m x n, and K) in 128x128
     tiles, a block each (and each part of K: ``wgmma_k_parts``), its operands' parts in ``form``. ``a_tiles`` (and
     ``b`` where it is one too) is the block's first split tile, as ``_wgmma_splitter`` lays them out; ``put`` gives
-    the statement storing a value at ``row``, ``col`` of ``batch``. A gathered B (``WgmmaGather``, TF32 form) is
+    the statement storing a value at ``row``, ``col`` of ``batch``. A gathered B (``WgmmaGather``, 3xTF32) is
     loaded into registers a step ahead, while the step's products run, then split and stored as the splitter would
-    have laid it out (generic stores, fenced for wgmma's reads). The f16 form's sums are scaled back by the
+    have laid it out (generic stores, fenced for wgmma's reads). A scaled form's sums are scaled back by the
     reciprocals of A's and B's scales (of ``largest``'s two magnitudes), one at a time (their product could be
     under float32's range where each is not)."""
     m, n, depth = dims
-    rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
-    steps = -(-depth // WGMMA_STEP_K[form])
+    rows, tile = WGMMA_ROWS, form.tile
+    steps = -(-depth // form.step_k)
     held_sums = depth >= SPLIT_SUMS_K
     gather = b if isinstance(b, WgmmaGather) else None
-    assert gather is None or form == "tf32", "a gathered B is split into TF32 parts"
+    assert gather is None or form == TF32X3, "a gathered B is split into TF32 parts"
     if parts > 1:  # this block's part of K
         per_part = -(-steps // parts)
         where = f"""const int64_t batch = blockIdx.z / {parts}, k_part = blockIdx.z % {parts};
@@ -2699,7 +2744,7 @@ def _wgmma_kernel(
     }};"""
     sums = "acc[j * 4 + e] + held[j * 4 + e]" if held_sums else "acc[j * 4 + e]"
     unscale = ""
-    if form == "f16":
+    if form.scaled:
         sums = f"({sums}) * unscale_a * unscale_b"
         unscale = f"""
     const float unscale_a = 1.0f / f16_scale({largest}[0]), unscale_b = 1.0f / f16_scale({largest}[1]);"""
@@ -2707,27 +2752,29 @@ def _wgmma_kernel(
     descs = "const uint64_t {0} = wgmma_desc({1} + h * {2}, {3}, 128);".format
 
     def products(s: str, part: str) -> str:
-        """Step ``s``'s 12 products into ``part``, issued and committed as a group."""
-        return f"""
-        {{
-            const float* const ta = as + {s} % {STAGES} * {tile} + group * 64 * 4;
-            const float* const tb = bs + {s} % {STAGES} * {tile};
-            wgmma_fence();
+        """Step ``s``'s products (12 of split operands, 4 of 16-bit ones) into ``part``, issued and committed as a
+        group."""
+        smalls = f"""
 #pragma unroll
             for (int h = 0; h < {STAGE_K // 8}; ++h) {{
                 {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
                 {descs("a_small", f"ta + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
                 {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
                 {descs("b_small", f"tb + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
-                wgmma_{form}({part}, a_small, b_big, h > 0);
-                wgmma_{form}({part}, a_big, b_small, 1);
+                wgmma_{form.kind}({part}, a_small, b_big, h > 0);
+                wgmma_{form.kind}({part}, a_big, b_small, 1);
             }}
-            // The big products last: the small terms' sums are 2^-11 of theirs (``_tf32x3_steps``)
+            // The big products last: the small terms' sums are 2^-11 of theirs (``_tf32x3_steps``)"""
+        return f"""
+        {{
+            const float* const ta = as + {s} % {STAGES} * {tile} + group * 64 * 4;
+            const float* const tb = bs + {s} % {STAGES} * {tile};
+            wgmma_fence();{smalls if form.split else ""}
 #pragma unroll
             for (int h = 0; h < {STAGE_K // 8}; ++h) {{
                 {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
                 {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
-                wgmma_{form}({part}, a_big, b_big, 1);
+                wgmma_{form.kind}({part}, a_big, b_big, {"1" if form.split else "h > 0"});
             }}
             wgmma_commit();
         }}"""
@@ -2823,13 +2870,13 @@ __global__ void __launch_bounds__(256) {name}_kernel({params}) {{
 """
 
 
-def _wgmma_launch(name: str, args: str, grid: tuple[int, int, int]) -> str:
-    smem = 2 * STAGES * 2 * WGMMA_ROWS * STAGE_K * 4
+def _wgmma_launch(name: str, args: str, grid: tuple[int, int, int], form: WgmmaForm = TF32X3) -> str:
+    smem = 2 * STAGES * form.tile * 4
     return f"""cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem});
     {name}_kernel<<<dim3({grid[0]}, {grid[1]}, {grid[2]}), 256, {smem}, stream>>>({args});"""
 
 
-def _cuda_gemm_wgmma(g: GemmKernel, form: str) -> str:
+def _cuda_gemm_wgmma(g: GemmKernel, form: WgmmaForm) -> str:
     """Our float32 GEMM as 3xTF32 (``_tf32x3_steps``'s big*big + big*small + small*big, float32's accuracy) on
     Hopper's warpgroup MMA (sm_90a), which multiplies twice as fast as mma.sync and reads its operands from shared
     memory itself. wgmma reads TF32 operands K-major only and cannot split them, so each operand is first split
@@ -2842,12 +2889,13 @@ def _cuda_gemm_wgmma(g: GemmKernel, form: str) -> str:
     in two levels from ``SPLIT_SUMS_K`` on (sums held in registers, 8 steps at a time).
     Where K is cut into parts (``wgmma_k_parts``), each block sums its part's steps into its own slice of the parts'
     buffer, and a last kernel adds the parts in order (the same sums whatever ran first) and stores them.
-    The f16 form (``WGMMA_STEP_K``) splits each operand, scaled by ``f16_scale`` of its largest finite magnitude
-    (found by a kernel each first), into float16 parts [k / 8][128][8] of K steps of 64, in the same tiles."""
+    Other forms (``WgmmaForm``) lay each operand out in the same tiles as 16-bit values [k / 8][128][8], K steps of
+    64: a float32 operand scaled by ``f16_scale`` of its largest finite magnitude (found by a kernel each first) and
+    split into float16 parts, or a 16-bit operand's own values (a product a k instead of three)."""
     s = _strides(g)
     a_element, b_element = _tile_elements(g)
-    rows, tile = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K
-    steps, m_tiles, n_tiles = -(-g.k // WGMMA_STEP_K[form]), -(-g.m // rows), -(-g.n // rows)
+    rows, tile = WGMMA_ROWS, form.tile
+    steps, m_tiles, n_tiles = -(-g.k // form.step_k), -(-g.m // rows), -(-g.n // rows)
     split_a, split_b = wgmma_splits(g)
     parts, outputs = wgmma_k_parts(g, form), g.batch * g.m * g.n
     at = f"(k_part * {outputs}LL + batch * {g.m * g.n}LL) + row * {g.n}LL + col"
@@ -2881,11 +2929,11 @@ __global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
     b_batch = "batch" if s["sbb"] else "0"
     a_tiles = f"{split_a} + (({a_batch} * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL"
     b_tiles = f"{split_b} + (({b_batch} * {n_tiles}LL + blockIdx.x) * {steps}) * {tile}LL"
-    largest = wgmma_scales(g) if form == "f16" else ""
+    largest = wgmma_scales(g) if form.scaled else ""
     kernel = _wgmma_kernel(g.name, _gemm_params(g), (g.m, g.n, g.k), parts, a_tiles, b_tiles, put, form, largest)
     a_edge, b_edge = ("row", g.m, s["sab"]), ("col", g.n, s["sbb"])
     scaling, finding = "", ""
-    if form == "f16":  # each operand's largest magnitude, for its scale (read along its contiguous dim)
+    if form.scaled:  # each operand's largest magnitude, for its scale (read along its contiguous dim)
         scaling = "".join(
             _wgmma_largest(g.name, x, edge, g.k, element, along)
             for x, edge, element, along in (
@@ -2904,20 +2952,22 @@ __global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
             )
         )
         finding += "\n    "
+    read = "{}" if form.split else "reinterpret_cast<const uint16_t*>({})"  # a 16-bit operand as its bits
     splits = [
-        _wgmma_split_launch(g.name, x, operand, split, floats, f"{largest} + {i}" if largest else "")
+        _wgmma_split_launch(g.name, x, read.format(operand), split, floats, form, f"{largest} + {i}" if largest else "")
         for i, (x, operand, split, floats) in enumerate(
             (("a", g.a.buffer, split_a, a_floats), ("b", g.b.buffer, split_b, b_floats))
         )
     ]
+    products = f"3x{form.kind.upper()}" if form.split else form.kind.upper()
     return f"""{scaling}{_wgmma_splitter(g.name, "a", a_edge, g.k, a_element, form=form)}
 {_wgmma_splitter(g.name, "b", b_edge, g.k, b_element, form=form)}{adder}
-// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma (3x{form.upper()}), K steps
-// of {WGMMA_STEP_K[form]}.{kernel}
+// {g.node.op}: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]; 128x128 tiles of C on wgmma ({products}), K steps of
+// {form.step_k}.{kernel}
 extern "C" void {g.name}({_launcher_params(g, "cuda")}) {{
     {finding}{splits[0]}
     {splits[1]}
-    {_wgmma_launch(g.name, ", ".join(_gemm_buffers(g)), (n_tiles, m_tiles, g.batch * parts))}{add}
+    {_wgmma_launch(g.name, ", ".join(_gemm_buffers(g)), (n_tiles, m_tiles, g.batch * parts), form)}{add}
 }}
 """
 
@@ -4114,13 +4164,13 @@ def _tensor_cores(variant: Variant) -> bool:
     """Whether ``variant`` runs our float32 products (GEMMs, implicit convolutions) as three products on tensor
     cores: 3xTF32 on mma.sync, or on wgmma (``_cuda_gemm_wgmma``, ``_conv_wgmma``) where a product fits it, else on
     mma.sync."""
-    return variant.gemm == "tf32x3" or wgmma_form(variant) is not None
+    return variant.gemm in ("tf32x3", "wgmma", "f16x3")
 
 
 def _conv_on_wgmma(k: ConvKernel, variant: Variant) -> bool:
     """Whether ``variant`` runs ``k`` on wgmma: in TF32 parts in either form (the f16 form's scale would need the
     largest magnitude of the input the product gathers)."""
-    return variant.conv == "implicit" and wgmma_form(variant) is not None and conv_wgmma_fits(k)
+    return variant.conv == "implicit" and wgmma_form(variant, "float32") is not None and conv_wgmma_fits(k)
 
 
 def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
@@ -4156,12 +4206,12 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             writes = {**k.writes, **{b: buffers[b] for b in scratch}}
             arrivals = scratch[-1] if variant.cache == "segment" else None
             k = replace(k, split=split, partials=partials, writes=writes, arrivals=arrivals)
-        form = wgmma_form(variant)
+        form = wgmma_form(variant, k.node.dtype) if isinstance(k, GemmKernel) else None
         if isinstance(k, GemmKernel) and form and wgmma_fits(k, form):  # its operands' split parts
             splits = dict(zip(wgmma_splits(k), wgmma_split_floats(k, form), strict=True))
             if wgmma_k_parts(k, form) > 1:  # and each part of K's sums
                 splits[wgmma_parts_buffer(k)] = wgmma_k_parts(k, form) * k.batch * k.m * k.n
-            if form == "f16":  # and the operands' largest magnitudes
+            if form.scaled:  # and the operands' largest magnitudes
                 splits[wgmma_scales(k)] = 2
             nodes = {n: Node(n, "split", OpKind.CONTRACTION, (floats,), "float32") for n, floats in splits.items()}
             buffers.update(nodes)
@@ -4201,10 +4251,10 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             half = k.node.dtype in HALF_TYPES
             mma16 = _cuda_gemm_mma16(k) if variant.gemm == "mma" and half else None
             mma16_used = mma16_used or mma16 is not None
-            wmma = variant.gemm in ("wmma", "mma") and half
+            wmma = variant.gemm in ("wmma", "mma", "wgmma") and half
             pipelined = variant.gemm == "pipelined" or tensor_cores
             own = _cuda_gemm_pipelined(k, tensor_cores) if pipelined else _cuda_gemm(k, variant)
-            form = wgmma_form(variant)
+            form = wgmma_form(variant, k.node.dtype)
             wgmma = _cuda_gemm_wgmma(k, form) if form and wgmma_fits(k, form) else None
             wgmma_used = wgmma_used or wgmma is not None
             parts.append(vendor or mma16 or wgmma or (_cuda_gemm_wmma(k) if wmma else own))

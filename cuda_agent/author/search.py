@@ -29,6 +29,7 @@ from cuda_agent.author.emit import (
     split_rows,
     warp_rows,
     wgmma_fits,
+    wgmma_form,
 )
 from cuda_agent.author.ir import FAST_FLOAT, HALF_TYPES, Unsupported
 from cuda_agent.author.plan import ConvKernel, GemmKernel, Plan, RecurrenceKernel, RowKernel, plan_graph
@@ -54,13 +55,17 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     # Ours: on tensor cores for 16-bit products; then 128x128 tiles of 8x8 outputs per thread (register-blocked),
     # pipelined first, then as plain steps; then the 32 and 16 tiles of an output per thread. Float32 products
     # also run as three TF32 tensor-core products (float32's accuracy: emit._tf32x3_steps), second (below).
-    # 16-bit products staged and on mma.sync (emit._cuda_gemm_mma16), then on WMMA (any strides)
+    # 16-bit products staged and on mma.sync (emit._cuda_gemm_mma16), then on Hopper's warpgroup MMA where they fit
+    # it (emit._cuda_gemm_wgmma; not first: elsewhere the build refuses it, and a first variant found wrong ends the
+    # search), then on WMMA (any strides)
     half = [Variant(gemm="mma", tile=128, micro=8), Variant(gemm="wmma", tile=128, micro=8)]
+    half[1:1] = [Variant(gemm="wgmma", tile=128, micro=8)] * any(
+        _on_wgmma(k, "wgmma") for k in gemms if k.node.dtype in HALF_TYPES
+    )
     ours = half if any(k.node.dtype in HALF_TYPES for k in gemms) else []
     # (a convolution too shallow for the product's tiles, as a depthwise one, gains nothing on tensor cores)
-    fp32 = any(k.node.dtype == "float32" for k in gemms) or any(
-        k.node.dtype == "float32" and not _shallow(k) for k in convs
-    )
+    fp32_gemms = [k for k in gemms if k.node.dtype == "float32"]
+    fp32 = bool(fp32_gemms) or any(k.node.dtype == "float32" and not _shallow(k) for k in convs)
     ours += [Variant(gemm="pipelined", tile=128, micro=8)]
     ours += [Variant(gemm="tiled", tile=t, micro=r) for t, r in ((128, 8), (32, 1), (16, 1))]
     # Our convolutions: as a product on the pipelined tile kernel (implicit GEMM), or a thread per output position
@@ -111,11 +116,11 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     if fp32:  # second: large products run faster on tensor cores than on the FMA units (cuBLAS's float32 GEMMs,
         # cuDNN restricted to FMA kernels, ours); not first, as a first variant found wrong ends the search
         out.insert(1, replace(base, gemm="tf32x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
-    if any(wgmma_fits(k, "tf32") for k in gemms) or any(conv_wgmma_fits(k) for k in convs):  # before them: the
+    if any(_on_wgmma(k, "wgmma") for k in fp32_gemms) or any(conv_wgmma_fits(k) for k in convs):  # before them: the
         # same on Hopper's warpgroup MMA, twice as fast where it builds (sm_90a: elsewhere the build refuses it, the
         # search goes on)
         out.insert(1, replace(base, gemm="wgmma", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
-    if any(wgmma_fits(k, "f16") for k in gemms):  # before that: its products of float16 parts, at twice the rate
+    if any(_on_wgmma(k, "f16x3") for k in fp32_gemms):  # before that: its products of float16 parts, twice as fast
         # (convolutions as in "wgmma")
         out.insert(1, replace(base, gemm="f16x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
     # The first variants again with their float exp, sigmoid, silu and quotients on the special-function units: a
@@ -140,6 +145,12 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
             replace(base, gemm="cublas_tf32" if fp32_gemm else base.gemm, conv="tf32" if has_conv else base.conv)
         )
     return list(dict.fromkeys(out))
+
+
+def _on_wgmma(k: GemmKernel, gemm: str) -> bool:
+    """Whether the variant ``gemm`` runs ``k`` on wgmma."""
+    form = wgmma_form(Variant(gemm=gemm), k.node.dtype)
+    return form is not None and wgmma_fits(k, form)
 
 
 def _shallow(k: ConvKernel) -> bool:

@@ -227,19 +227,22 @@ void cp_async_wait() {
 // the tiles and writes the thread's sums when the thread waits for its group (wgmma_wait), so code that refills a tile,
 // or reads its sums, before waiting computes with what is there then, as it may on a GPU. Each thread of a
 // warpgroup computes its own 64 sums (warp w, lane 4 g + t: rows 16 w + g and 16 w + g + 8, columns 8 j + 2 t and
-// 8 j + 2 t + 1 at d[4 j ...]) over 8 k (wgmma_tf32: its operands read as TF32) or 16 (wgmma_f16: as float16
-// values), the sum rounded toward zero as mma_tf32's. A core matrix's row is 16 bytes: 4 k of TF32, 8 of float16.
+// 8 j + 2 t + 1 at d[4 j ...]) over 8 k (wgmma_tf32: its operands read as TF32) or 16 (wgmma_f16, wgmma_bf16: as
+// 16-bit values), the sum rounded toward zero as mma_tf32's. A core matrix's row is 16 bytes: 4 k of TF32, 8 of a
+// 16-bit type.
+enum class EmuKind { tf32, f16, bf16 };
 inline float emu_f16(uint16_t bits);
+inline float emu_bf16(uint16_t bits);
 struct EmuTile {
     const float* at;
     uint32_t lbo, sbo;
-    float operator()(unsigned row, unsigned k, bool f16) const {
-        const unsigned size = f16 ? 2 : 4, per = 16 / size;
+    float operator()(unsigned row, unsigned k, EmuKind kind) const {
+        const unsigned size = kind == EmuKind::tf32 ? 4 : 2, per = 16 / size;
         const char* p = reinterpret_cast<const char*>(at) + row / 8 * sbo + k / per * lbo + row % 8 * 16 + k % per * size;
-        if (f16) {
+        if (size == 2) {
             uint16_t bits;
             std::memcpy(&bits, p, 2);
-            return emu_f16(bits);
+            return kind == EmuKind::f16 ? emu_f16(bits) : emu_bf16(bits);
         }
         float v;
         std::memcpy(&v, p, 4);
@@ -249,7 +252,8 @@ struct EmuTile {
 struct EmuWgmma {
     float* d;
     uint64_t a, b;
-    bool accumulate, f16;
+    bool accumulate;
+    EmuKind kind;
 };
 inline thread_local std::vector<EmuTile> emu_tiles;
 inline thread_local std::vector<EmuWgmma> emu_wgmma_open;
@@ -259,10 +263,13 @@ inline uint64_t wgmma_desc(const float* p, uint32_t lbo, uint32_t sbo) {
     return emu_tiles.size() - 1;
 }
 inline void wgmma_tf32(float* d, uint64_t a, uint64_t b, int accumulate) {
-    emu_wgmma_open.push_back({d, a, b, accumulate != 0, false});
+    emu_wgmma_open.push_back({d, a, b, accumulate != 0, EmuKind::tf32});
 }
 inline void wgmma_f16(float* d, uint64_t a, uint64_t b, int accumulate) {
-    emu_wgmma_open.push_back({d, a, b, accumulate != 0, true});
+    emu_wgmma_open.push_back({d, a, b, accumulate != 0, EmuKind::f16});
+}
+inline void wgmma_bf16(float* d, uint64_t a, uint64_t b, int accumulate) {
+    emu_wgmma_open.push_back({d, a, b, accumulate != 0, EmuKind::bf16});
 }
 inline void wgmma_fence() {}
 inline void fence_async_smem() {}
@@ -282,7 +289,8 @@ inline void wgmma_wait() {
                 for (unsigned e = 0; e < 4; ++e) {
                     const unsigned row = 16 * warp + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
                     double sum = w.accumulate ? w.d[4 * j + e] : 0.0;
-                    for (unsigned k = 0; k < (w.f16 ? 16u : 8u); ++k) sum += (double)a(row, k, w.f16) * b(col, k, w.f16);
+                    for (unsigned k = 0; k < (w.kind == EmuKind::tf32 ? 8u : 16u); ++k)
+                        sum += (double)a(row, k, w.kind) * b(col, k, w.kind);
                     w.d[4 * j + e] = emu_toward_zero(sum);
                 }
         }

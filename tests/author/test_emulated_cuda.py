@@ -360,7 +360,8 @@ def test_recurrences_match_the_reference_emulated(source: str, tmp_path: Path) -
 
 # 16-bit products on mma.sync (emit._cuda_gemm_mma16): each operand's tile copied along k or along its edge (the
 # fragments then transposed by ldmatrix), ragged tiles and a K of partial steps, batches, an operand whose origin is
-# not 16-byte aligned (copied by loads and stores), and an epilogue; compared at 16-bit tolerances.
+# not 16-byte aligned (copied by loads and stores), and an epilogue; compared at 16-bit tolerances. The same on
+# wgmma (emit._cuda_gemm_wgmma), the operands laid out by a kernel each as 16-bit values.
 HALF_GEMMS = {
     "bf16_rows_by_columns": (
         "        return a @ b",
@@ -382,15 +383,17 @@ HALF_GEMMS = {
 
 
 @pytest.mark.parametrize("name", list(HALF_GEMMS))
-def test_our_16_bit_products_on_mma_match_the_reference_emulated(name: str, tmp_path: Path) -> None:
+def test_our_16_bit_products_on_tensor_cores_match_the_reference_emulated(name: str, tmp_path: Path) -> None:
     forward, inputs, args = HALF_GEMMS[name]
     source = problems.problem("        pass", forward, inputs, args=args)
     plan = plan_graph(capture_problem(source))
-    mma = [v for v in variants(plan, "cuda") if v.gemm == "mma"]
-    assert len(mma) == 1
-    for variant in mma:
+    ours = [v for v in variants(plan, "cuda") if v.gemm in ("wgmma", "mma")]
+    assert [v.gemm for v in ours] == ["mma", "wgmma"]
+    for variant in ours:
         text = emit.emit_source(variant_plan(plan, "cuda", variant), "cuda", variant)
-        assert "ldmatrix_x4(" in text and ("mma_bf16(" in text or "mma_f16(" in text)  # not the WMMA kernel
+        kind = "bf16" if "bfloat16" in inputs else "f16"
+        # not the WMMA kernel
+        assert f"wgmma_{kind}(part" in text if variant.gemm == "wgmma" else "ldmatrix_x4(" in text
         ours, refs = run_emulated_cuda(source, tmp_path, variant)
         for out, ref in zip(ours, refs, strict=True):
             torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2, msg=variant.label())

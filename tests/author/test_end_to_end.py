@@ -275,13 +275,14 @@ def test_16_bit_floats_compile_with_nvcc(source: str, knob: str) -> None:
 @pytest.mark.sandbox
 def test_16_bit_products_on_mma_compile_with_nvcc() -> None:
     """The staged mma.sync kernel (cp.async, ldmatrix, m16n8k16) where a 16-bit product's operands have 16-byte
-    groups: first where it runs alone, then the WMMA kernel."""
-    (label, files), (second, _) = author_problem(problems.BF16_GEMM_GROUPS, "cuda").variants[:2]
-    assert "gemm=mma" in label.split() and "gemm=wmma" in second.split()
-    assert "mma_bf16(" in files["kernels/author.cu"]
-    request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
-    result = LocalBackend().compile(request)
-    assert result.status is CompileStatus.OK, result.log[-3000:]
+    groups: first where it runs alone, then Hopper's warpgroup product, then the WMMA kernel."""
+    variants = author_problem(problems.BF16_GEMM_GROUPS, "cuda").variants[:3]
+    assert [label.split()[3] for label, _ in variants] == ["gemm=mma", "gemm=wgmma", "gemm=wmma"]
+    for (_, files), code in zip(variants, ("mma_bf16(", "wgmma_bf16(part"), strict=False):
+        assert code in files["kernels/author.cu"]
+        request = CompileRequest(candidate=CandidateSource(form=CandidateForm.PROJECT, files=files), device=Device.CUDA)
+        result = LocalBackend().compile(request)
+        assert result.status is CompileStatus.OK, result.log[-3000:]
 
 
 @pytest.mark.sandbox
