@@ -2430,27 +2430,40 @@ WGMMA_ROWS = 128  # a tile's rows (of A) or columns (of B): two warpgroups of 64
 class WgmmaForm:
     """How the wgmma kernel multiplies: ``kind``, the type its tensor cores read ("tf32", "f16" or "bf16"); ``split``:
     each float32 operand split into a big and a small part of it, three products of them (big*big + big*small +
-    small*big) giving float32's accuracy, else 16-bit operands as they are, one product. A part's tile of a K step
-    is 128 bytes a row: 32 k of TF32, 64 of a 16-bit type, so every form has the same tiles, copies and
-    descriptors. Float32 operands split into float16 parts are first scaled by a power of two (``f16_scale``:
-    float16's exponents span 2^-14..2^15, TF32's those of float32); float16's significand is TF32's (11 bits), and
-    its products run at twice TF32's rate."""
+    small*big) giving float32's accuracy, else 16-bit operands as they are, one product; ``step_k``: the k of a K
+    step. A part's tile of a step is laid out in core matrices of 8 rows by 16 bytes (4 k of TF32, 8 of a 16-bit
+    type), so every form has the same descriptors: 64 k of a 16-bit type take the bytes of 32 of TF32. Float32
+    operands split into float16 parts are first scaled by a power of two (``f16_scale``: float16's exponents span
+    2^-14..2^15, TF32's those of float32); float16's significand is TF32's (11 bits), its products run at twice
+    TF32's rate."""
 
     kind: str
     split: bool
-
-    @property
-    def step_k(self) -> int:
-        return STAGE_K if self.kind == "tf32" else 2 * STAGE_K
+    step_k: int
 
     @property
     def scaled(self) -> bool:
         return self.split and self.kind == "f16"
 
     @property
+    def per(self) -> int:
+        """k of a core matrix's row (16 bytes)."""
+        return 4 if self.kind == "tf32" else 8
+
+    @property
+    def part(self) -> int:
+        """Floats (4-byte words) of a part's tile of a K step: 128 rows of 16 bytes a core matrix's row of k."""
+        return WGMMA_ROWS * self.step_k // self.per * 4
+
+    @property
     def tile(self) -> int:
-        """Floats (4-byte words) of an operand's tiles of a K step: its parts' tiles of 128 rows by 128 bytes."""
-        return (2 if self.split else 1) * WGMMA_ROWS * STAGE_K
+        """Floats of an operand's tiles of a K step (its parts')."""
+        return (2 if self.split else 1) * self.part
+
+    @property
+    def products(self) -> int:
+        """Products a part's tile of a step takes (8 k each in TF32, 16 in a 16-bit type)."""
+        return self.step_k // (2 * self.per)
 
     @property
     def dtype(self) -> str:
@@ -2458,18 +2471,21 @@ class WgmmaForm:
         return "float32" if self.split else {"f16": "float16", "bf16": "bfloat16"}[self.kind]
 
 
-TF32X3 = WgmmaForm("tf32", split=True)
+TF32X3 = WgmmaForm("tf32", split=True, step_k=STAGE_K)
+# Convolutions' float16 parts in steps of 32 k, as TF32's: the gathering threads' 16 k a step each (their registers
+# are spent) and K's tap-major order (``tap_major``) stay as they are.
+F16X3_GATHERED = WgmmaForm("f16", split=True, step_k=STAGE_K)
 
 
 def wgmma_form(variant: Variant, dtype: str) -> WgmmaForm | None:
     """The wgmma kernel's form ``variant`` runs a product of ``dtype`` operands in, or None: float32 as 3xTF32
     ("wgmma") or three products of float16 parts ("f16x3"), a 16-bit type as itself ("wgmma")."""
     if variant.gemm == "f16x3" and dtype == "float32":
-        return WgmmaForm("f16", split=True)
+        return WgmmaForm("f16", split=True, step_k=2 * STAGE_K)
     kind = {"float16": "f16", "bfloat16": "bf16"}.get(dtype)
     if variant.gemm != "wgmma" or not (kind or dtype == "float32"):
         return None
-    return WgmmaForm(kind, split=False) if kind else TF32X3
+    return WgmmaForm(kind, split=False, step_k=2 * STAGE_K) if kind else TF32X3
 
 
 def wgmma_splits(g: GemmKernel) -> tuple[str, str]:
@@ -2531,6 +2547,42 @@ def wgmma_fits(g: GemmKernel, form: WgmmaForm) -> bool:
     )
 
 
+def _wgmma_parts(form: WgmmaForm, v: str, indent: str) -> str:
+    """Statements making the float4 ``big`` (and ``small``) of ``form``'s parts of a core matrix's row: the 4 or 8
+    values ``v[...]`` (floats, or a 16-bit operand's bits; the scaled form's ``scale`` in scope)."""
+
+    def words(w: str) -> str:  # a float4 of 4 words' bits
+        return f"make_float4({', '.join(f'__uint_as_float({w}[{i}])' for i in range(4))})"
+
+    if form.kind == "tf32":
+        lines = [
+            f"const float4 big = make_float4({', '.join(f'tf32_near({v}[{i}])' for i in range(4))});",
+            f"const float4 small = make_float4({', '.join(f'{v}[{i}] - big.{c}' for i, c in enumerate('xyzw'))});",
+        ]
+    elif form.split:
+        # (the scaled value is exact, a power of two's multiple; so is its difference from its float16 part)
+        lines = [
+            "uint32_t hi[4], lo[4];",
+            "#pragma unroll",
+            "for (int e = 0; e < 4; ++e) {",
+            f"    const float v0 = {v}[2 * e] * scale, v1 = {v}[2 * e + 1] * scale;",
+            "    const uint32_t h0 = f16_bits(v0), h1 = f16_bits(v1);",
+            "    hi[e] = h0 | h1 << 16;",
+            "    lo[e] = f16_bits(v0 - f16_value(h0)) | f16_bits(v1 - f16_value(h1)) << 16;",
+            "}",
+            f"const float4 big = {words('hi')};",
+            f"const float4 small = {words('lo')};",
+        ]
+    else:  # a 16-bit operand's bits, two a word (the lower k in the low half)
+        lines = [
+            "uint32_t w[4];",
+            "#pragma unroll",
+            f"for (int e = 0; e < 4; ++e) w[e] = {v}[2 * e] | {v}[2 * e + 1] << 16;",
+            f"const float4 big = {words('w')};",
+        ]
+    return "".join(indent + line for line in lines)
+
+
 def _wgmma_splitter(
     name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, located: str = "", form: WgmmaForm = TF32X3
 ) -> str:
@@ -2541,41 +2593,15 @@ def _wgmma_splitter(
     the operand at that row (column) and ``k``, after the ``located`` statements. A float32 operand split into
     float16 parts is scaled by ``f16_scale`` of its ``largest`` magnitude first."""
     var, size, batch_stride = edge
-    step_k, per = form.step_k, form.step_k // 8
+    step_k, per = form.step_k, form.per
     rows, tile, steps, tiles = WGMMA_ROWS, form.tile, -(-depth // step_k), -(-size // WGMMA_ROWS)
-    value, scale = "float" if form.split else "uint32_t", ""
-
-    def words(w: str) -> str:  # a float4 of 4 words' bits
-        return f"make_float4({', '.join(f'__uint_as_float({w}[{i}])' for i in range(4))})"
-
-    if form.kind == "tf32":
-        parts = """
-        const float4 big = make_float4(tf32_near(v[0]), tf32_near(v[1]), tf32_near(v[2]), tf32_near(v[3]));
-        const float4 small = make_float4(v[0] - big.x, v[1] - big.y, v[2] - big.z, v[3] - big.w);"""
-    elif form.split:
-        # (the scaled value is exact, a power of two's multiple; so is its difference from its float16 part)
-        scale = "\n    const float scale = f16_scale(*largest);"
-        parts = f"""
-        uint32_t hi[4], lo[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {{
-            const float v0 = v[2 * e] * scale, v1 = v[2 * e + 1] * scale;
-            const uint32_t h0 = f16_bits(v0), h1 = f16_bits(v1);
-            hi[e] = h0 | h1 << 16;
-            lo[e] = f16_bits(v0 - f16_value(h0)) | f16_bits(v1 - f16_value(h1)) << 16;
-        }}
-        const float4 big = {words("hi")};
-        const float4 small = {words("lo")};"""
-    else:  # a 16-bit operand's bits, two a word (the lower k in the low half)
-        parts = f"""
-        uint32_t w[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) w[e] = v[2 * e] | v[2 * e + 1] << 16;
-        const float4 big = {words("w")};"""
+    value = "float" if form.split else "uint32_t"
+    scale = "\n    const float scale = f16_scale(*largest);" if form.scaled else ""
+    parts = _wgmma_parts(form, "v", "\n        ")
     largest = ", const float* __restrict__ largest" if form.scaled else ""
     src = "float" if form.split else "uint16_t"
     what = f"big and small {form.kind.upper()} parts" if form.split else "16-bit values"
-    small = f"\n        at[{rows * STAGE_K // 4}] = small;" if form.split else ""
+    small = f"\n        at[{form.part // 4}] = small;" if form.split else ""
     return f"""// {x.upper()}'s {what} as {name}_kernel reads them, zeros past its edges
 __global__ void __launch_bounds__(256) {name}_split_{x}(const {src}* __restrict__ src, float* __restrict__ out,
                                                         int64_t chunks{largest}) {{{scale}
@@ -2612,40 +2638,52 @@ def _wgmma_split_launch(
     )
 
 
+def _strided_magnitude(x: str, edge: tuple[str, int, int], depth: int, element: str, along_k: bool) -> str:
+    """``_wgmma_largest``'s statements reading element ``i`` of a GEMM's operand ``x`` through its strides
+    (``edge`` and ``element`` as ``_wgmma_splitter``'s); ``along_k``: neighbouring threads read neighbouring k (the
+    operand's contiguous dim), else neighbouring rows (columns)."""
+    var, size, batch_stride = edge
+    fast, slow = ("k", var) if along_k else (var, "k")
+    fast_n, slow_n = (depth, size) if along_k else (size, depth)
+    return f"""const int64_t {fast} = i % {fast_n}LL, {slow} = i / {fast_n}LL % {slow_n}LL;
+        const int64_t batch = i / {fast_n * slow_n}LL;
+        const float* p{x} = src + batch * {batch_stride}LL;
+        const float v = fabsf({element});"""
+
+
 def _whole(batch: int, outer: int, inner: int, rows: int, cols: int) -> bool:
     """Whether an operand of ``rows`` x ``cols`` (a batch each, or one shared: stride 0) by these element strides
     is its buffer's elements in order (a row-major matrix, batches one after another)."""
     return inner == 1 and outer == cols and batch in (0, rows * cols)
 
 
-def _wgmma_largest(
-    name: str, x: str, edge: tuple[str, int, int], depth: int, element: str, along: tuple[bool, bool]
-) -> str:
-    """The kernel finding operand ``x``'s largest finite magnitude (the f16 form's scale: ``f16_scale``) into
+def _wgmma_largest(name: str, x: str, magnitude: str = "const float v = fabsf(src[i]);") -> str:
+    """The kernel finding operand ``x``'s largest finite magnitude (a scaled form's scale: ``f16_scale``) into
     ``largest`` (zeroed before): a block's largest joins it by an atomic max of its bits (non-negative floats order
-    as their bits do). ``edge`` and ``element`` as ``_wgmma_splitter``'s; ``along``: whether neighbouring threads
-    read neighbouring k (the operand's contiguous dim), else neighbouring rows (columns); and whether the operand's
-    elements are those of the buffer, in order (read as such, no index arithmetic)."""
-    var, size, batch_stride = edge
-    along_k, whole = along
-    fast, slow = ("k", var) if along_k else (var, "k")
-    fast_n, slow_n = (depth, size) if along_k else (size, depth)
-    at = f"""const int64_t {fast} = i % {fast_n}LL, {slow} = i / {fast_n}LL % {slow_n}LL;
-        const int64_t batch = i / {fast_n * slow_n}LL;
-        const float* p{x} = src + batch * {batch_stride}LL;
-        const float v = fabsf({element});"""
+    as their bits do). ``magnitude``: statements giving the magnitude ``v`` of its element ``i`` (by default the
+    buffer's: an operand that is its elements in order)."""
     return f"""// the largest finite magnitude of {x.upper()} (infinities and NaNs are split as they are)
 __global__ void __launch_bounds__(256) {name}_largest_{x}(const float* __restrict__ src, float* __restrict__ largest,
                                                           int64_t count) {{
     float m = 0.0f;
     for (int64_t i = blockIdx.x * 256LL + threadIdx.x; i < count; i += (int64_t)gridDim.x * 256) {{
-        {"const float v = fabsf(src[i]);" if whole else at}
+        {magnitude}
         if (v <= 3.402823466e38f) m = fmaxf(m, v);
     }}
     m = block_reduce(m, MaxOp(), 0.0f);
     if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(largest), __float_as_uint(m));
 }}
 """
+
+
+def _wgmma_largest_launches(name: str, largest: str, operands: tuple[tuple[str, int], tuple[str, int]]) -> str:
+    """The launcher's statements finding A's and B's largest magnitudes (``operands``: each buffer and its count of
+    elements) into ``largest``, by ``_wgmma_largest``'s kernels."""
+    return f"cudaMemsetAsync({largest}, 0, 2 * sizeof(float), stream);" + "".join(
+        f"\n    {name}_largest_{x}<<<(unsigned)std::min<int64_t>(({count}LL + 255) / 256, 1024), 256, 0, "
+        f"stream>>>({operand}, {largest} + {i}, {count}LL);"
+        for i, (x, (operand, count)) in enumerate(zip("ab", operands, strict=True))
+    )
 
 
 class WgmmaGather(NamedTuple):
@@ -2685,7 +2723,7 @@ def _wgmma_kernel(
     steps = -(-depth // form.step_k)
     held_sums = depth >= SPLIT_SUMS_K
     gather = b if isinstance(b, WgmmaGather) else None
-    assert gather is None or form == TF32X3, "a gathered B is split into TF32 parts"
+    assert gather is None or form.split, "a gathered B is a float32 operand's"
     if parts > 1:  # this block's part of K
         per_part = -(-steps // parts)
         where = f"""const int64_t batch = blockIdx.z / {parts}, k_part = blockIdx.z % {parts};
@@ -2710,13 +2748,14 @@ def _wgmma_kernel(
                 f"const bool col_in = my_col < {n}LL;",
                 "const int kh = threadIdx.x / 128 * 16;  // this thread's 16 k of a step, in its column my_col",
                 "float gb[16];",
+                *[f"const float scale = f16_scale({largest}[1]);  // the input's"] * form.scaled,
             ]
         )
-        # (a step's tile: [big, small][k / 4][128][4]; this thread's 16 k are 4 quads of its column)
+        # (a step's tile: [big, small][k / per][128][per]; this thread's 16 k are 16 / per rows of core matrices)
         b_steps = f"""
     auto gather = [&](int step) {{
         if (step < last) {{
-            const int64_t k_next = (int64_t)step * {STAGE_K};{step_lines}
+            const int64_t k_next = (int64_t)step * {form.step_k};{step_lines}
 #pragma unroll
             for (int i = 0; i < 16; ++i) {{
                 const int64_t k = k_next + kh + i;
@@ -2729,15 +2768,13 @@ def _wgmma_kernel(
     }};
     auto put_b = [&](int step) {{
         if (step < last) {{
-            float4* const to =
-                reinterpret_cast<float4*>(bs + step % {STAGES} * {tile}) + kh / 4 * {rows} + threadIdx.x % {rows};
+            float4* const to = reinterpret_cast<float4*>(bs + step % {STAGES} * {tile}) + kh / {form.per} * {rows} +
+                               threadIdx.x % {rows};
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {{
-                const float4 big = make_float4(tf32_near(gb[4 * q]), tf32_near(gb[4 * q + 1]), tf32_near(gb[4 * q + 2]),
-                                               tf32_near(gb[4 * q + 3]));
+            for (int q = 0; q < {16 // form.per}; ++q) {{
+                const float* const v = gb + {form.per} * q;{_wgmma_parts(form, "v", chr(10) + " " * 16)}
                 to[q * {rows}] = big;
-                to[q * {rows} + {rows * STAGE_K // 4}] = make_float4(gb[4 * q] - big.x, gb[4 * q + 1] - big.y,
-                                                                  gb[4 * q + 2] - big.z, gb[4 * q + 3] - big.w);
+                to[q * {rows} + {form.part // 4}] = small;
             }}
         }}
         fence_async_smem();  // for the products' reads, after the barrier that follows
@@ -2756,11 +2793,11 @@ def _wgmma_kernel(
         group."""
         smalls = f"""
 #pragma unroll
-            for (int h = 0; h < {STAGE_K // 8}; ++h) {{
+            for (int h = 0; h < {form.products}; ++h) {{
                 {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
-                {descs("a_small", f"ta + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
+                {descs("a_small", f"ta + {form.part}", 2 * rows * 4, rows * 16)}
                 {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
-                {descs("b_small", f"tb + {rows * STAGE_K}", 2 * rows * 4, rows * 16)}
+                {descs("b_small", f"tb + {form.part}", 2 * rows * 4, rows * 16)}
                 wgmma_{form.kind}({part}, a_small, b_big, h > 0);
                 wgmma_{form.kind}({part}, a_big, b_small, 1);
             }}
@@ -2771,7 +2808,7 @@ def _wgmma_kernel(
             const float* const tb = bs + {s} % {STAGES} * {tile};
             wgmma_fence();{smalls if form.split else ""}
 #pragma unroll
-            for (int h = 0; h < {STAGE_K // 8}; ++h) {{
+            for (int h = 0; h < {form.products}; ++h) {{
                 {descs("a_big", "ta", 2 * rows * 4, rows * 16)}
                 {descs("b_big", "tb", 2 * rows * 4, rows * 16)}
                 wgmma_{form.kind}({part}, a_big, b_big, {"1" if form.split else "h > 0"});
@@ -2935,23 +2972,15 @@ __global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
     scaling, finding = "", ""
     if form.scaled:  # each operand's largest magnitude, for its scale (read along its contiguous dim)
         scaling = "".join(
-            _wgmma_largest(g.name, x, edge, g.k, element, along)
-            for x, edge, element, along in (
-                ("a", a_edge, a_element, (s["sak"] == 1, _whole(s["sab"], s["sam"], s["sak"], g.m, g.k))),
-                ("b", b_edge, b_element, (s["sbn"] != 1, _whole(s["sbb"], s["sbk"], s["sbn"], g.k, g.n))),
+            _wgmma_largest(g.name, x, *[] if whole else [_strided_magnitude(x, edge, g.k, element, along_k)])
+            for x, edge, element, along_k, whole in (
+                ("a", a_edge, a_element, s["sak"] == 1, _whole(s["sab"], s["sam"], s["sak"], g.m, g.k)),
+                ("b", b_edge, b_element, s["sbn"] != 1, _whole(s["sbb"], s["sbk"], s["sbn"], g.k, g.n)),
             )
         )
-        finding = f"cudaMemsetAsync({largest}, 0, 2 * sizeof(float), stream);" + "".join(
-            f"\n    {g.name}_largest_{x}<<<(unsigned)std::min<int64_t>(({count}LL + 255) / 256, 1024), 256, 0, "
-            f"stream>>>({operand}, {largest} + {i}, {count}LL);"
-            for i, (x, operand, count) in enumerate(
-                (
-                    ("a", g.a.buffer, (g.batch if s["sab"] else 1) * g.m * g.k),
-                    ("b", g.b.buffer, (g.batch if s["sbb"] else 1) * g.n * g.k),
-                )
-            )
-        )
-        finding += "\n    "
+        counts = ((g.batch if s["sab"] else 1) * g.m * g.k, (g.batch if s["sbb"] else 1) * g.n * g.k)
+        operands = ((g.a.buffer, counts[0]), (g.b.buffer, counts[1]))
+        finding = _wgmma_largest_launches(g.name, largest, operands) + "\n    "
     read = "{}" if form.split else "reinterpret_cast<const uint16_t*>({})"  # a 16-bit operand as its bits
     splits = [
         _wgmma_split_launch(g.name, x, read.format(operand), split, floats, form, f"{largest} + {i}" if largest else "")
@@ -3404,7 +3433,7 @@ def _digits(names: list[str], sizes: tuple[int, ...], index: str, ctype: str = "
     return lines[::-1]
 
 
-def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False, wgmma: bool = False) -> str:
+def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False, form: WgmmaForm | None = None) -> str:
     """Our convolution as a product on the pipelined tile kernel (implicit GEMM): per group, the weights (output
     channels x input channels and taps) times the input gathered at each output position's taps (its columns: the
     positions of every image, so a warp stores neighbouring positions), zero where a tap falls in the padding or,
@@ -3412,15 +3441,17 @@ def _cuda_conv_implicit(k: ConvKernel, tensor_cores: bool = False, wgmma: bool =
     A thread's input loads all fall in one column (``_pipelined``): its image and output position are found once.
     A transposed convolution with strides runs as one product per phase (``_phases``), each over the taps that
     meet an input: the full product's others (3 in 4 at stride 2 in 2-d) would only multiply zeros. Where the
-    weights are copied tap-major (``taps_buffer``), each phase's are copied before its product. ``wgmma``: each
-    product on Hopper's warpgroup MMA (``_conv_wgmma``), its weights split from ``conv_wgmma_split``'s offset."""
+    weights are copied tap-major (``taps_buffer``), each phase's are copied before its product. ``form``: each
+    product on Hopper's warpgroup MMA (``_conv_wgmma``) in that form, its weights split from
+    ``conv_wgmma_split``'s offset."""
     phases = _phases(k)
-    splits = itertools.accumulate(conv_wgmma_split_floats(k), initial=0)
+    splits = itertools.accumulate(conv_wgmma_split_floats(k, form or TF32X3), initial=0)
     if phases is None:
-        return _implicit_product(k, tensor_cores, k.name, None, 0, 0 if wgmma else None)
+        return _implicit_product(k, tensor_cores, k.name, None, 0, ConvWgmma(form, 0, True) if form else None)
     parts, offset = [], 0
     for i, (phase, split_at) in enumerate(zip(phases, splits, strict=False)):
-        parts.append(_implicit_product(k, tensor_cores, f"{k.name}_p{i}", phase, offset, split_at if wgmma else None))
+        wgmma = ConvWgmma(form, split_at, i == 0) if form else None
+        parts.append(_implicit_product(k, tensor_cores, f"{k.name}_p{i}", phase, offset, wgmma))
         offset += math.prod(k.w_shape[:2]) * math.prod(_phase_taps(k, phase)[1])
     args = ", ".join([*k.reads, *k.writes, "stream"])
     calls = "".join(f"\n    {k.name}_p{i}({args});" for i in range(len(phases)))
@@ -3483,15 +3514,21 @@ def conv_wgmma_split(k: ConvKernel) -> str:
     return f"b{k.name}_split_a"
 
 
-def conv_wgmma_split_floats(k: ConvKernel) -> list[int]:
+def conv_wgmma_largest(k: ConvKernel) -> str:
+    """The buffer of the weights' and the input's largest finite magnitudes, whose ``f16_scale`` a scaled form
+    scales them by (``variant_plan`` adds it)."""
+    return f"b{k.name}_largest"
+
+
+def conv_wgmma_split_floats(k: ConvKernel, form: WgmmaForm) -> list[int]:
     """Floats of each of ``k``'s products' split weights (one product, or one a phase: ``_phases``): per group, per
-    128 output channels and K step, the tile's big and small TF32 parts."""
+    128 output channels and K step, the tile's big and small parts."""
     groups = k.node.attrs["groups"]
     cin_g, cout_g = k.x_shape[1] // groups, k.node.shape[1] // groups
     tiles = groups * -(-cout_g // WGMMA_ROWS)
     phases = _phases(k)
     taps = [math.prod(_phase_taps(k, phase)[1]) for phase in phases] if phases else [math.prod(k.w_shape[2:])]
-    return [tiles * -(-cin_g * t // STAGE_K) * 2 * WGMMA_ROWS * STAGE_K for t in taps]
+    return [tiles * -(-cin_g * t // form.step_k) * form.tile for t in taps]
 
 
 def conv_wgmma_fits(k: ConvKernel) -> bool:
@@ -3503,25 +3540,38 @@ def conv_wgmma_fits(k: ConvKernel) -> bool:
         and -(-out[1] // groups // WGMMA_ROWS) <= 65535
         and groups <= 65535
         and -(-out[0] * math.prod(out[2:]) // WGMMA_ROWS) < 2**31
-        and 4 * sum(conv_wgmma_split_floats(k)) <= WGMMA_SPLIT_MAX_BYTES
+        and 4 * sum(conv_wgmma_split_floats(k, TF32X3)) <= WGMMA_SPLIT_MAX_BYTES
     )
+
+
+class ConvWgmma(NamedTuple):
+    """A convolution's product on wgmma: its ``form``, where its split weights start in ``conv_wgmma_split``, and
+    whether it is the convolution's ``first`` (a scaled form's finds the weights' and the input's largest
+    magnitudes, for its phases' products after it too)."""
+
+    form: WgmmaForm
+    split_at: int
+    first: bool
 
 
 def _conv_wgmma(
     k: ConvKernel,
     name: str,
     phase: tuple[int, ...] | None,
-    split_at: int,
+    wgmma: ConvWgmma,
     gather: WgmmaGather,
     put: Callable[[str], str],
     cols: int,
 ) -> str:
     """``_implicit_product``'s product on wgmma (``_wgmma_kernel``): per group, the weights (output channels x K)
-    split beforehand as ``_cuda_gemm_wgmma`` splits A, into ``conv_wgmma_split`` from ``split_at`` on, times the
-    input gathered by the product's own threads (``gather``: nothing is materialized). K runs tap-major where a
+    split beforehand as ``_cuda_gemm_wgmma`` splits A, into ``conv_wgmma_split`` from ``wgmma.split_at`` on, times
+    the input gathered by the product's own threads (``gather``: nothing is materialized). K runs tap-major where a
     group's input channels come in whole K steps (``tap_major``: a step's tap and padding found once), the weights
     reordered so by their split; else channel-major, as the module holds them. ``cols``: the product's columns
-    (every image's output positions, or a phase's); ``put`` stores a value at ``row``, ``col`` of group ``batch``."""
+    (every image's output positions, or a phase's); ``put`` stores a value at ``row``, ``col`` of group ``batch``.
+    A scaled form (``F16X3_GATHERED``) scales the weights and the input by ``f16_scale`` of each one's largest
+    finite magnitude (their buffers' elements: both are contiguous)."""
+    form, split_at = wgmma.form, wgmma.split_at
     a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
     groups = a["groups"]
     cin_g, cout_g = xs[1] // groups, out[1] // groups
@@ -3546,22 +3596,30 @@ def _conv_wgmma(
         if a["transposed"]
         else f"((batch * {cout_g}LL + row) * {cin_g}LL + c) * {taps}LL + {at}"
     )
-    rows, tile, steps = WGMMA_ROWS, 2 * WGMMA_ROWS * STAGE_K, -(-depth // STAGE_K)
+    rows, tile, steps = WGMMA_ROWS, form.tile, -(-depth // form.step_k)
     m_tiles, n_tiles = -(-cout_g // rows), -(-cols // rows)
     split = f"({conv_wgmma_split(k)} + {split_at}LL)"
     a_tiles = f"{split} + ((batch * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL"
     splitter = _wgmma_splitter(
-        name, "a", ("row", cout_g, 0), depth, f"pa[{w_at}]", "".join(f"\n                {x}" for x in located)
+        name, "a", ("row", cout_g, 0), depth, f"pa[{w_at}]", "".join(f"\n                {x}" for x in located), form
     )
-    kernel = _wgmma_kernel(name, _conv_params(k), (cout_g, cols, depth), 1, a_tiles, gather, put)
+    largest = conv_wgmma_largest(k) if form.scaled else ""
+    kernel = _wgmma_kernel(name, _conv_params(k), (cout_g, cols, depth), 1, a_tiles, gather, put, form, largest)
     what = k.describe() + ("" if phase is None else f"; the phase of outputs from {list(phase)}")
     order = "tap" if by_tap else "channel"
-    return f"""{splitter}
+    scaling, finding = "", ""
+    if form.scaled and wgmma.first:
+        scaling = _wgmma_largest(name, "a") + _wgmma_largest(name, "b")
+        operands = ((k.w, k.reads[k.w].numel), (k.x, k.reads[k.x].numel))
+        finding = _wgmma_largest_launches(name, largest, operands) + "\n    "
+    split_launch = _wgmma_split_launch(name, "a", k.w, split, m_tiles * steps * tile * groups, form, largest)
+    products = f"3x{form.kind.upper()}"
+    return f"""{scaling}{splitter}
 // {what}: per group, its weights times the input at each output position's taps (K {order}-major), 128x128
-// tiles on wgmma (3xTF32), K steps of {STAGE_K}.{kernel}
+// tiles on wgmma ({products}), K steps of {form.step_k}.{kernel}
 extern "C" void {name}({_launcher_params(k, "cuda")}) {{
-    {_wgmma_split_launch(name, "a", k.w, split, m_tiles * steps * tile * groups)}
-    {_wgmma_launch(name, ", ".join(_kernel_buffers(k, [])), (n_tiles, m_tiles, groups))}
+    {finding}{split_launch}
+    {_wgmma_launch(name, ", ".join(_kernel_buffers(k, [])), (n_tiles, m_tiles, groups), form)}
 }}
 """
 
@@ -3572,12 +3630,12 @@ def _implicit_product(
     name: str,
     phase: tuple[int, ...] | None,
     taps_offset: int,
-    split_at: int | None = None,
+    wgmma: ConvWgmma | None = None,
 ) -> str:
     """``_cuda_conv_implicit``'s product named ``name``: over every output position and tap, or over one phase's
     (``_phases``: the first output position along each dim); tap-major where the variant copies the weights so
-    (``taps_buffer``, from ``taps_offset`` on for this phase). Where ``split_at`` is given, on wgmma
-    (``_conv_wgmma``), the weights split into ``conv_wgmma_split`` from there on."""
+    (``taps_buffer``, from ``taps_offset`` on for this phase). Where ``wgmma`` is given, on wgmma
+    (``_conv_wgmma``)."""
     a, out, xs, ws = k.node.attrs, k.node.shape, k.x_shape, k.w_shape
     spatial, groups = len(out) - 2, a["groups"]
     cin_g, cout_g = xs[1] // groups, out[1] // groups
@@ -3592,7 +3650,7 @@ def _implicit_product(
     positions, phase_taps = math.prod(counts), math.prod(tap_counts)
     depth = cin_g * phase_taps
     # variant_plan adds the taps' buffer for the 3xTF32 product only; wgmma's split reorders the weights itself
-    by_tap = taps_buffer(k) in k.writes or (split_at is not None and tap_major(k))
+    by_tap = taps_buffer(k) in k.writes or (wgmma is not None and tap_major(k))
     setup = [
         "const int64_t my_col = col0 + threadIdx.x % 128;",
         f"const int64_t pos = my_col % {positions}LL;",
@@ -3656,14 +3714,14 @@ def _implicit_product(
         if phase is None
         else linear_index(out, tuple(f"({c})" for c in y_coords))
     )
-    if split_at is not None:
+    if wgmma is not None:
         b_gather = (
             WgmmaGather(setup, step, [], "tap_in", b_copy[2])
             if by_tap
             else WgmmaGather(setup, (), located, exists, element)
         )
         return _conv_wgmma(
-            k, name, phase, split_at, b_gather, lambda value: _put(k, y_at, tuple(y_coords), value), out[0] * positions
+            k, name, phase, wgmma, b_gather, lambda value: _put(k, y_at, tuple(y_coords), value), out[0] * positions
         )
     # A: the weights at (row = output channel in the group, k), channel-major as the module holds them
     w_located: list[str] = []
@@ -4167,10 +4225,12 @@ def _tensor_cores(variant: Variant) -> bool:
     return variant.gemm in ("tf32x3", "wgmma", "f16x3")
 
 
-def _conv_on_wgmma(k: ConvKernel, variant: Variant) -> bool:
-    """Whether ``variant`` runs ``k`` on wgmma: in TF32 parts in either form (the f16 form's scale would need the
-    largest magnitude of the input the product gathers)."""
-    return variant.conv == "implicit" and wgmma_form(variant, "float32") is not None and conv_wgmma_fits(k)
+def conv_wgmma_form(k: ConvKernel, variant: Variant) -> WgmmaForm | None:
+    """The form ``variant`` runs ``k`` in on wgmma, or None: 3xTF32 ("wgmma"), or three products of float16 parts in
+    TF32's K steps ("f16x3": ``F16X3_GATHERED``)."""
+    if variant.conv != "implicit" or not conv_wgmma_fits(k):
+        return None
+    return {"wgmma": TF32X3, "f16x3": F16X3_GATHERED}.get(variant.gemm)
 
 
 def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
@@ -4216,10 +4276,14 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             nodes = {n: Node(n, "split", OpKind.CONTRACTION, (floats,), "float32") for n, floats in splits.items()}
             buffers.update(nodes)
             k = replace(k, writes={**k.writes, **nodes})
-        if isinstance(k, ConvKernel) and _conv_on_wgmma(k, variant):  # its weights' split parts
-            name = conv_wgmma_split(k)
-            buffers[name] = Node(name, "split", OpKind.CONVOLUTION, (sum(conv_wgmma_split_floats(k)),), "float32")
-            k = replace(k, writes={**k.writes, name: buffers[name]})
+        conv_form = conv_wgmma_form(k, variant) if isinstance(k, ConvKernel) else None
+        if isinstance(k, ConvKernel) and conv_form:  # its weights' split parts (and their and the input's largest)
+            sizes = {conv_wgmma_split(k): sum(conv_wgmma_split_floats(k, conv_form))}
+            if conv_form.scaled:
+                sizes[conv_wgmma_largest(k)] = 2
+            nodes = {n: Node(n, "split", OpKind.CONVOLUTION, (floats,), "float32") for n, floats in sizes.items()}
+            buffers.update(nodes)
+            k = replace(k, writes={**k.writes, **nodes})
         elif isinstance(k, ConvKernel) and variant.conv == "implicit" and _tensor_cores(variant) and tap_major(k):
             name = taps_buffer(k)
             buffers[name] = Node(name, "taps", OpKind.CONVOLUTION, (k.reads[k.w].numel,), "float32")
@@ -4240,9 +4304,9 @@ def emit_source(plan: Plan, device: str, variant: Variant) -> str:
             dnn = True
             parts.append(_cudnn_conv(k, variant))
         elif isinstance(k, ConvKernel) and device == "cuda":
-            implicit, on_wgmma = variant.conv == "implicit", _conv_on_wgmma(k, variant)
-            wgmma_used = wgmma_used or on_wgmma
-            parts.append(_cuda_conv_implicit(k, tensor_cores, on_wgmma) if implicit else _cuda_conv(k, variant))
+            implicit, conv_form = variant.conv == "implicit", conv_wgmma_form(k, variant)
+            wgmma_used = wgmma_used or conv_form is not None
+            parts.append(_cuda_conv_implicit(k, tensor_cores, conv_form) if implicit else _cuda_conv(k, variant))
         elif isinstance(k, ConvKernel):
             parts.append(_cpu_conv(k, variant))
         elif isinstance(k, GemmKernel) and device == "cuda":

@@ -473,6 +473,8 @@ CONVS = {
         "        self.c = nn.ConvTranspose1d(32, 8, 3, dilation=2, bias=False)",
         "[torch.randn(2, 32, 10)]",
     ),
+    # an input past float16's range (the f16x3 form scales it, and the weights, by a power of two each), tap-major
+    "tap_major_far_from_one": ("        self.c = nn.Conv1d(32, 6, 3, bias=False)", "[1e6 * torch.randn(2, 32, 9)]"),
     # on wgmma (emit._conv_wgmma) channel-major over K steps (6 channels by 9 taps), two tiles of output channels
     "channel_major_two_row_tiles": (
         "        self.c = nn.Conv2d(6, 130, 3, padding=1, bias=False)",
