@@ -70,8 +70,8 @@ class Variant:
     # "tf32x3" (the pipelined kernel on TF32 tensor cores at float32 accuracy, its float32 operands' K steps copied
     # ahead asynchronously, 16 bytes a copy where they have 16-byte groups, else an element; our implicit
     # convolutions too, their input gathered a copy an element), "wgmma" (the same on Hopper's warpgroup MMA, sm_90a:
-    # our float32 GEMMs and implicit convolutions where they fit it, others as "tf32x3"), "f16x3" (as "wgmma", our
-    # GEMMs' operands split into float16 parts of their scaled values instead: ``WgmmaForm``),
+    # our float32 GEMMs and implicit convolutions where they fit it, others as "tf32x3"), "f16x3" (as "wgmma", the
+    # operands split into float16 parts of their scaled values instead: ``WgmmaForm``),
     # "wmma" (ours on tensor cores, for 16-bit products; others take "tiled" with this tile), "mma" (ours on tensor
     # cores through mma.sync, staged by asynchronous copies, for 16-bit products whose operands have 16-byte groups;
     # others as "wmma")
@@ -2472,6 +2472,7 @@ class WgmmaForm:
 
 
 TF32X3 = WgmmaForm("tf32", split=True, step_k=STAGE_K)
+F16X3 = WgmmaForm("f16", split=True, step_k=2 * STAGE_K)
 # Convolutions' float16 parts in steps of 32 k, as TF32's: the gathering threads' 16 k a step each (their registers
 # are spent) and K's tap-major order (``tap_major``) stay as they are.
 F16X3_GATHERED = WgmmaForm("f16", split=True, step_k=STAGE_K)
@@ -2480,12 +2481,10 @@ F16X3_GATHERED = WgmmaForm("f16", split=True, step_k=STAGE_K)
 def wgmma_form(variant: Variant, dtype: str) -> WgmmaForm | None:
     """The wgmma kernel's form ``variant`` runs a product of ``dtype`` operands in, or None: float32 as 3xTF32
     ("wgmma") or three products of float16 parts ("f16x3"), a 16-bit type as itself ("wgmma")."""
-    if variant.gemm == "f16x3" and dtype == "float32":
-        return WgmmaForm("f16", split=True, step_k=2 * STAGE_K)
+    if dtype == "float32":
+        return {"wgmma": TF32X3, "f16x3": F16X3}.get(variant.gemm)
     kind = {"float16": "f16", "bfloat16": "bf16"}.get(dtype)
-    if variant.gemm != "wgmma" or not (kind or dtype == "float32"):
-        return None
-    return WgmmaForm(kind, split=False, step_k=2 * STAGE_K) if kind else TF32X3
+    return WgmmaForm(kind, split=False, step_k=2 * STAGE_K) if kind and variant.gemm == "wgmma" else None
 
 
 def wgmma_splits(g: GemmKernel) -> tuple[str, str]:
@@ -2493,7 +2492,7 @@ def wgmma_splits(g: GemmKernel) -> tuple[str, str]:
     return f"b{g.name}_split_a", f"b{g.name}_split_b"
 
 
-def wgmma_scales(g: GemmKernel) -> str:
+def wgmma_largest(g: GemmKernel) -> str:
     """The buffer of A's and B's largest finite magnitudes, whose ``f16_scale`` the f16 form scales them by
     (``variant_plan`` adds it)."""
     return f"b{g.name}_largest"
@@ -2639,7 +2638,7 @@ def _wgmma_split_launch(
 
 
 def _strided_magnitude(x: str, edge: tuple[str, int, int], depth: int, element: str, along_k: bool) -> str:
-    """``_wgmma_largest``'s statements reading element ``i`` of a GEMM's operand ``x`` through its strides
+    """``_largest_kernel``'s statements reading element ``i`` of a GEMM's operand ``x`` through its strides
     (``edge`` and ``element`` as ``_wgmma_splitter``'s); ``along_k``: neighbouring threads read neighbouring k (the
     operand's contiguous dim), else neighbouring rows (columns)."""
     var, size, batch_stride = edge
@@ -2657,7 +2656,7 @@ def _whole(batch: int, outer: int, inner: int, rows: int, cols: int) -> bool:
     return inner == 1 and outer == cols and batch in (0, rows * cols)
 
 
-def _wgmma_largest(name: str, x: str, magnitude: str = "const float v = fabsf(src[i]);") -> str:
+def _largest_kernel(name: str, x: str, magnitude: str = "const float v = fabsf(src[i]);") -> str:
     """The kernel finding operand ``x``'s largest finite magnitude (a scaled form's scale: ``f16_scale``) into
     ``largest`` (zeroed before): a block's largest joins it by an atomic max of its bits (non-negative floats order
     as their bits do). ``magnitude``: statements giving the magnitude ``v`` of its element ``i`` (by default the
@@ -2676,9 +2675,9 @@ __global__ void __launch_bounds__(256) {name}_largest_{x}(const float* __restric
 """
 
 
-def _wgmma_largest_launches(name: str, largest: str, operands: tuple[tuple[str, int], tuple[str, int]]) -> str:
+def _largest_launches(name: str, largest: str, operands: tuple[tuple[str, int], tuple[str, int]]) -> str:
     """The launcher's statements finding A's and B's largest magnitudes (``operands``: each buffer and its count of
-    elements) into ``largest``, by ``_wgmma_largest``'s kernels."""
+    elements) into ``largest``, by ``_largest_kernel``'s kernels."""
     return f"cudaMemsetAsync({largest}, 0, 2 * sizeof(float), stream);" + "".join(
         f"\n    {name}_largest_{x}<<<(unsigned)std::min<int64_t>(({count}LL + 255) / 256, 1024), 256, 0, "
         f"stream>>>({operand}, {largest} + {i}, {count}LL);"
@@ -2713,7 +2712,7 @@ def _wgmma_kernel(
     """The product kernel of ``_cuda_gemm_wgmma`` and ``_conv_wgmma``: C (``dims``: m x n, and K) in 128x128
     tiles, a block each (and each part of K: ``wgmma_k_parts``), its operands' parts in ``form``. ``a_tiles`` (and
     ``b`` where it is one too) is the block's first split tile, as ``_wgmma_splitter`` lays them out; ``put`` gives
-    the statement storing a value at ``row``, ``col`` of ``batch``. A gathered B (``WgmmaGather``, 3xTF32) is
+    the statement storing a value at ``row``, ``col`` of ``batch``. A gathered B (``WgmmaGather``, float32) is
     loaded into registers a step ahead, while the step's products run, then split and stored as the splitter would
     have laid it out (generic stores, fenced for wgmma's reads). A scaled form's sums are scaled back by the
     reciprocals of A's and B's scales (of ``largest``'s two magnitudes), one at a time (their product could be
@@ -2966,13 +2965,13 @@ __global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
     b_batch = "batch" if s["sbb"] else "0"
     a_tiles = f"{split_a} + (({a_batch} * {m_tiles}LL + blockIdx.y) * {steps}) * {tile}LL"
     b_tiles = f"{split_b} + (({b_batch} * {n_tiles}LL + blockIdx.x) * {steps}) * {tile}LL"
-    largest = wgmma_scales(g) if form.scaled else ""
+    largest = wgmma_largest(g) if form.scaled else ""
     kernel = _wgmma_kernel(g.name, _gemm_params(g), (g.m, g.n, g.k), parts, a_tiles, b_tiles, put, form, largest)
     a_edge, b_edge = ("row", g.m, s["sab"]), ("col", g.n, s["sbb"])
     scaling, finding = "", ""
     if form.scaled:  # each operand's largest magnitude, for its scale (read along its contiguous dim)
         scaling = "".join(
-            _wgmma_largest(g.name, x, *[] if whole else [_strided_magnitude(x, edge, g.k, element, along_k)])
+            _largest_kernel(g.name, x, *[] if whole else [_strided_magnitude(x, edge, g.k, element, along_k)])
             for x, edge, element, along_k, whole in (
                 ("a", a_edge, a_element, s["sak"] == 1, _whole(s["sab"], s["sam"], s["sak"], g.m, g.k)),
                 ("b", b_edge, b_element, s["sbn"] != 1, _whole(s["sbb"], s["sbk"], s["sbn"], g.k, g.n)),
@@ -2980,7 +2979,7 @@ __global__ void __launch_bounds__(256) {g.name}_parts({_gemm_params(g)}) {{
         )
         counts = ((g.batch if s["sab"] else 1) * g.m * g.k, (g.batch if s["sbb"] else 1) * g.n * g.k)
         operands = ((g.a.buffer, counts[0]), (g.b.buffer, counts[1]))
-        finding = _wgmma_largest_launches(g.name, largest, operands) + "\n    "
+        finding = _largest_launches(g.name, largest, operands) + "\n    "
     read = "{}" if form.split else "reinterpret_cast<const uint16_t*>({})"  # a 16-bit operand as its bits
     splits = [
         _wgmma_split_launch(g.name, x, read.format(operand), split, floats, form, f"{largest} + {i}" if largest else "")
@@ -3609,9 +3608,9 @@ def _conv_wgmma(
     order = "tap" if by_tap else "channel"
     scaling, finding = "", ""
     if form.scaled and wgmma.first:
-        scaling = _wgmma_largest(name, "a") + _wgmma_largest(name, "b")
+        scaling = _largest_kernel(name, "a") + _largest_kernel(name, "b")
         operands = ((k.w, k.reads[k.w].numel), (k.x, k.reads[k.x].numel))
-        finding = _wgmma_largest_launches(name, largest, operands) + "\n    "
+        finding = _largest_launches(name, largest, operands) + "\n    "
     split_launch = _wgmma_split_launch(name, "a", k.w, split, m_tiles * steps * tile * groups, form, largest)
     products = f"3x{form.kind.upper()}"
     return f"""{scaling}{splitter}
@@ -4266,24 +4265,27 @@ def variant_plan(plan: Plan, device: str, variant: Variant) -> Plan:
             writes = {**k.writes, **{b: buffers[b] for b in scratch}}
             arrivals = scratch[-1] if variant.cache == "segment" else None
             k = replace(k, split=split, partials=partials, writes=writes, arrivals=arrivals)
+
+        def with_scratch(k: GemmKernel | ConvKernel, floats: dict[str, int], kind: OpKind) -> GemmKernel | ConvKernel:
+            """``k`` writing these scratch buffers too (float32, of these sizes)."""
+            nodes = {n: Node(n, "split", kind, (size,), "float32") for n, size in floats.items()}
+            buffers.update(nodes)
+            return replace(k, writes={**k.writes, **nodes})
+
         form = wgmma_form(variant, k.node.dtype) if isinstance(k, GemmKernel) else None
         if isinstance(k, GemmKernel) and form and wgmma_fits(k, form):  # its operands' split parts
             splits = dict(zip(wgmma_splits(k), wgmma_split_floats(k, form), strict=True))
             if wgmma_k_parts(k, form) > 1:  # and each part of K's sums
                 splits[wgmma_parts_buffer(k)] = wgmma_k_parts(k, form) * k.batch * k.m * k.n
             if form.scaled:  # and the operands' largest magnitudes
-                splits[wgmma_scales(k)] = 2
-            nodes = {n: Node(n, "split", OpKind.CONTRACTION, (floats,), "float32") for n, floats in splits.items()}
-            buffers.update(nodes)
-            k = replace(k, writes={**k.writes, **nodes})
+                splits[wgmma_largest(k)] = 2
+            k = with_scratch(k, splits, OpKind.CONTRACTION)
         conv_form = conv_wgmma_form(k, variant) if isinstance(k, ConvKernel) else None
         if isinstance(k, ConvKernel) and conv_form:  # its weights' split parts (and their and the input's largest)
             sizes = {conv_wgmma_split(k): sum(conv_wgmma_split_floats(k, conv_form))}
             if conv_form.scaled:
                 sizes[conv_wgmma_largest(k)] = 2
-            nodes = {n: Node(n, "split", OpKind.CONVOLUTION, (floats,), "float32") for n, floats in sizes.items()}
-            buffers.update(nodes)
-            k = replace(k, writes={**k.writes, **nodes})
+            k = with_scratch(k, sizes, OpKind.CONVOLUTION)
         elif isinstance(k, ConvKernel) and variant.conv == "implicit" and _tensor_cores(variant) and tap_major(k):
             name = taps_buffer(k)
             buffers[name] = Node(name, "taps", OpKind.CONVOLUTION, (k.reads[k.w].numel,), "float32")

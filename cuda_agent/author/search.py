@@ -116,13 +116,14 @@ def variants(plan: Plan, device: str, tf32: bool = False) -> list[Variant]:
     if fp32:  # second: large products run faster on tensor cores than on the FMA units (cuBLAS's float32 GEMMs,
         # cuDNN restricted to FMA kernels, ours); not first, as a first variant found wrong ends the search
         out.insert(1, replace(base, gemm="tf32x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
-    if any(_on_wgmma(k, "wgmma") for k in fp32_gemms) or any(conv_wgmma_fits(k) for k in convs):  # before them: the
+    conv_wgmma = any(conv_wgmma_fits(k) for k in convs)
+    if any(_on_wgmma(k, "wgmma") for k in fp32_gemms) or conv_wgmma:  # before them: the
         # same on Hopper's warpgroup MMA, twice as fast where it builds (sm_90a: elsewhere the build refuses it, the
         # search goes on)
         out.insert(1, replace(base, gemm="wgmma", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
     # before that: the same in float16 parts, at twice TF32's rate (1.3-1.8x on products, 1.06-1.16x on
     # convolutions, whose gather bounds them: an H100)
-    if any(_on_wgmma(k, "f16x3") for k in fp32_gemms) or any(conv_wgmma_fits(k) for k in convs):
+    if any(_on_wgmma(k, "f16x3") for k in fp32_gemms) or conv_wgmma:
         out.insert(1, replace(base, gemm="f16x3", tile=128, micro=8, conv="implicit" if has_conv else base.conv))
     # The first variants again with their float exp, sigmoid, silu and quotients on the special-function units: a
     # row kernel of a few items a thread (a softmax's block per row) issues more instructions than its bytes take
